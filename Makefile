@@ -1,0 +1,72 @@
+# The TrainJob operator. `make help` lists the targets.
+#
+# Everything the build needs is built from the Go module proxy into bin/ (see hack/tools.mk):
+# a fresh machine needs Go and nothing else.
+
+IMG ?= trainjob-operator:latest
+
+# Keep in step with go.mod: the third-party CRDs that the tests and `make run` install come from
+# these modules in the Go module cache.
+JOBSET_MODULE ?= sigs.k8s.io/jobset
+SCHEDULER_PLUGINS_MODULE ?= sigs.k8s.io/scheduler-plugins
+
+GO ?= go
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+include hack/tools.mk
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations from the markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook \
+		paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate the DeepCopy methods of the API types.
+	$(CONTROLLER_GEN) object paths="./..."
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	$(GO) fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	$(GO) vet ./...
+
+.PHONY: verify
+verify: manifests generate fmt ## Fail when generated or formatted files differ from what is committed.
+	@git diff --exit-code --stat -- . || { echo "Generated or formatted files are stale: run 'make manifests generate fmt' and commit the result."; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd)" || { git status --porcelain -- api config internal cmd; echo "Untracked generated files: commit them."; exit 1; }
+
+.PHONY: test
+test: manifests generate fmt vet envtest-assets ## Run the unit and integration (envtest) tests.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -count=1
+
+.PHONY: test-unit
+test-unit: ## Run the unit tests only, without an API server.
+	$(GO) test $$($(GO) list ./... | grep -v /test/) -count=1
+
+##@ Build
+
+.PHONY: build
+build: manifests generate fmt vet ## Build the manager binary.
+	$(GO) build -o $(LOCALBIN)/manager ./cmd
+
+.PHONY: run
+run: build envtest-assets ## Start a local control plane, install the CRDs and run the manager against it.
+	$(GO) run ./hack/localcluster -assets "$(ENVTEST_ASSETS)" -- $(LOCALBIN)/manager $(ARGS)
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a Docker engine).
+	docker build -t $(IMG) .

@@ -1,0 +1,317 @@
+package v1alpha1
+
+import (
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+)
+
+// Kinds a TrainJob's spec.runtimeRef may name.
+const (
+	TrainingRuntimeKind        = "TrainingRuntime"
+	ClusterTrainingRuntimeKind = "ClusterTrainingRuntime"
+)
+
+// Labels the operator reads and writes.
+const (
+	// AncestorStepLabel on a replicated job's Pod template tells which part of the TrainJob it
+	// receives: the trainer, or the dataset or model initializer.
+	AncestorStepLabel = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+	// FrameworkLabel on a shipped runtime names its framework; the Kubeflow SDK lists runtimes by it.
+	FrameworkLabel = "trainer.kubeflow.org/framework"
+)
+
+// Values of AncestorStepLabel.
+const (
+	AncestorTrainer            = "trainer"
+	AncestorDatasetInitializer = "dataset-initializer"
+	AncestorModelInitializer   = "model-initializer"
+)
+
+// ClusterTrainingRuntime is a cluster-wide training blueprint that TrainJobs in any namespace can
+// run from. Changing it never changes TrainJobs that already run from it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=trainer
+// +kubebuilder:printcolumn:name="Framework",type=string,JSONPath=`.metadata.labels.trainer\.kubeflow\.org/framework`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.mlPolicy.numNodes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterTrainingRuntime struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the blueprint.
+	// +required
+	Spec TrainingRuntimeSpec `json:"spec"`
+}
+
+// ClusterTrainingRuntimeList is a list of ClusterTrainingRuntimes.
+//
+// +kubebuilder:object:root=true
+type ClusterTrainingRuntimeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterTrainingRuntime `json:"items"`
+}
+
+// TrainingRuntime is a training blueprint that TrainJobs in its own namespace can run from.
+// Changing it never changes TrainJobs that already run from it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:categories=trainer
+// +kubebuilder:printcolumn:name="Framework",type=string,JSONPath=`.metadata.labels.trainer\.kubeflow\.org/framework`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.mlPolicy.numNodes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TrainingRuntime struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the blueprint.
+	// +required
+	Spec TrainingRuntimeSpec `json:"spec"`
+}
+
+// TrainingRuntimeList is a list of TrainingRuntimes.
+//
+// +kubebuilder:object:root=true
+type TrainingRuntimeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TrainingRuntime `json:"items"`
+}
+
+// TrainingRuntimeSpec is a training blueprint: the JobSet to run, the framework's distributed
+// settings and the gang-scheduling policy.
+type TrainingRuntimeSpec struct {
+	// MLPolicy sets the number of nodes and the framework (torch, mpi, xgboost or jax) whose
+	// distributed settings the operator injects. Without a framework, the trainer runs as is.
+	// +optional
+	MLPolicy *MLPolicy `json:"mlPolicy,omitempty"`
+
+	// PodGroupPolicy turns on gang scheduling, so that the pods of a TrainJob start all together
+	// or not at all.
+	// +optional
+	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
+
+	// Template is the JobSet each TrainJob starts from. Its trainer job is the replicated job whose
+	// Pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
+	// +required
+	Template JobSetTemplateSpec `json:"template"`
+}
+
+// JobSetTemplateSpec is the JobSet a TrainJob starts from. The JobSet's name and namespace are the
+// TrainJob's.
+type JobSetTemplateSpec struct {
+	// Metadata holds the labels and annotations to put on the JobSet.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec of the JobSet.
+	// +optional
+	Spec jobsetv1alpha2.JobSetSpec `json:"spec,omitempty"`
+}
+
+// MLPolicy sets the number of nodes and at most one framework.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.torch), has(self.mpi), has(self.xgboost), has(self.jax)].filter(x, x).size() <= 1",message="at most one of torch, mpi, xgboost and jax may be set"
+// +kubebuilder:validation:XValidation:rule="!(has(self.numNodes) && has(self.torch) && has(self.torch.elasticPolicy))",message="numNodes must be omitted when torch.elasticPolicy is set: minNodes and maxNodes size the job"
+type MLPolicy struct {
+	// NumNodes is the number of training nodes (pods of the trainer job). A TrainJob's
+	// trainer.numNodes overrides it. Omitted means 1, or the elastic bounds when
+	// torch.elasticPolicy is set.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	NumNodes *int32 `json:"numNodes,omitempty"`
+
+	MLPolicySource `json:",inline"`
+}
+
+// MLPolicySource is the framework of a runtime. At most one field may be set.
+type MLPolicySource struct {
+	// Torch runs the trainer with PyTorch's torchrun: the operator sets the PET_* environment.
+	// +optional
+	Torch *TorchMLPolicySource `json:"torch,omitempty"`
+
+	// MPI runs an MPI launcher job that starts the processes on the node job over SSH: the
+	// operator creates the SSH keys and the hostfile.
+	// +optional
+	MPI *MPIMLPolicySource `json:"mpi,omitempty"`
+
+	// XGBoost runs distributed XGBoost with its Rabit tracker on the first node: the operator sets
+	// the DMLC_* environment.
+	// +optional
+	XGBoost *XGBoostMLPolicySource `json:"xgboost,omitempty"`
+
+	// JAX runs one JAX process per node: the operator sets the JAX_* environment for
+	// jax.distributed.initialize().
+	// +optional
+	JAX *JAXMLPolicySource `json:"jax,omitempty"`
+}
+
+// TorchMLPolicySource configures torchrun.
+type TorchMLPolicySource struct {
+	// NumProcPerNode is torchrun's --nproc-per-node: "auto" (one per GPU when the node has GPUs,
+	// else per CPU), "cpu", "gpu", or a positive integer such as "4".
+	// Defaults to "auto".
+	// +optional
+	// +kubebuilder:default="auto"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be auto, cpu, gpu or a positive integer"
+	NumProcPerNode *string `json:"numProcPerNode,omitempty"`
+
+	// ElasticPolicy makes the training elastic: torchrun uses c10d rendezvous and the job may run
+	// between minNodes and maxNodes nodes. mlPolicy.numNodes must then be omitted.
+	// +optional
+	ElasticPolicy *TorchElasticPolicy `json:"elasticPolicy,omitempty"`
+}
+
+// TorchElasticPolicy configures elastic PyTorch training with c10d rendezvous.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",message="minNodes must not be greater than maxNodes"
+type TorchElasticPolicy struct {
+	// MaxRestarts is how many times the training may restart: torchrun's --max-restarts and the
+	// JobSet's failurePolicy.maxRestarts.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
+
+	// MinNodes is the fewest nodes the training runs on.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MinNodes *int32 `json:"minNodes,omitempty"`
+
+	// MaxNodes is the most nodes the training runs on; the trainer job runs this many pods.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxNodes *int32 `json:"maxNodes,omitempty"`
+
+	// Metrics from which an autoscaler computes the desired number of nodes.
+	// +optional
+	// +listType=atomic
+	Metrics []autoscalingv2.MetricSpec `json:"metrics,omitempty"`
+}
+
+// MPIImplementation is the MPI flavour, which decides the hostfile syntax and its environment
+// variable.
+//
+// +kubebuilder:validation:Enum=OpenMPI;Intel;MPICH
+type MPIImplementation string
+
+// Supported MPI implementations.
+const (
+	MPIImplementationOpenMPI MPIImplementation = "OpenMPI"
+	MPIImplementationIntel   MPIImplementation = "Intel"
+	MPIImplementationMPICH   MPIImplementation = "MPICH"
+)
+
+// MPIMLPolicySource configures MPI: SSH keys, hostfile and slots.
+type MPIMLPolicySource struct {
+	// NumProcPerNode is the number of MPI slots (processes) on each node in the hostfile.
+	// Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	NumProcPerNode *int32 `json:"numProcPerNode,omitempty"`
+
+	// MPIImplementation is OpenMPI, Intel or MPICH; it decides the hostfile syntax.
+	// Defaults to OpenMPI.
+	// +optional
+	// +kubebuilder:default="OpenMPI"
+	MPIImplementation *MPIImplementation `json:"mpiImplementation,omitempty"`
+
+	// SSHAuthMountPath is the directory where the generated SSH keys are mounted in the launcher
+	// and node containers.
+	// Defaults to /root/.ssh.
+	// +optional
+	// +kubebuilder:default="/root/.ssh"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="sshAuthMountPath must be an absolute path"
+	SSHAuthMountPath *string `json:"sshAuthMountPath,omitempty"`
+
+	// RunLauncherAsNode makes the launcher run training processes too: it becomes the first
+	// hostfile entry and the node job runs one pod fewer.
+	// Defaults to false.
+	// +optional
+	// +kubebuilder:default=false
+	RunLauncherAsNode *bool `json:"runLauncherAsNode,omitempty"`
+}
+
+// XGBoostMLPolicySource configures distributed XGBoost with the Rabit tracker.
+type XGBoostMLPolicySource struct {
+	// NumWorkersPerNode is the number of XGBoost workers on each node. Omitted means one per GPU
+	// of the trainer container, or 1 without GPUs.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	NumWorkersPerNode *int32 `json:"numWorkersPerNode,omitempty"`
+
+	// TrackerPort is the port of the Rabit tracker on the first node.
+	// Defaults to 9091.
+	// +optional
+	// +kubebuilder:default=9091
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	TrackerPort *int32 `json:"trackerPort,omitempty"`
+}
+
+// JAXMLPolicySource configures distributed JAX. It has no fields: the operator sets the coordinator
+// address, process count and process id from the TrainJob.
+type JAXMLPolicySource struct{}
+
+// PodGroupPolicy turns on gang scheduling with one of the supported schedulers.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.coscheduling), has(self.volcano), has(self.kaiScheduler)].filter(x, x).size() <= 1",message="at most one of coscheduling, volcano and kaiScheduler may be set"
+type PodGroupPolicy struct {
+	PodGroupPolicySource `json:",inline"`
+}
+
+// PodGroupPolicySource is the gang scheduler of a runtime. At most one field may be set.
+type PodGroupPolicySource struct {
+	// Coscheduling uses the scheduler-plugins Coscheduling plugin: the operator creates a
+	// scheduling.x-k8s.io PodGroup. Pods must name that scheduler in schedulerName.
+	// +optional
+	Coscheduling *CoschedulingPodGroupPolicySource `json:"coscheduling,omitempty"`
+
+	// Volcano uses the Volcano scheduler: the operator creates a scheduling.volcano.sh PodGroup.
+	// +optional
+	Volcano *VolcanoPodGroupPolicySource `json:"volcano,omitempty"`
+
+	// KAIScheduler uses NVIDIA's KAI Scheduler: the operator labels the pods with the queue and
+	// KAI's pod-grouper creates the PodGroup.
+	// +optional
+	KAIScheduler *KAISchedulerPodGroupPolicySource `json:"kaiScheduler,omitempty"`
+}
+
+// CoschedulingPodGroupPolicySource configures the Coscheduling PodGroup. Its minMember is every pod
+// that must run at once.
+type CoschedulingPodGroupPolicySource struct {
+	// ScheduleTimeoutSeconds is how long the scheduler waits for the whole gang to fit before it
+	// gives up on the pods already placed.
+	// Defaults to 60.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	ScheduleTimeoutSeconds *int32 `json:"scheduleTimeoutSeconds,omitempty"`
+}
+
+// VolcanoPodGroupPolicySource configures the Volcano PodGroup.
+type VolcanoPodGroupPolicySource struct {
+	// Queue is the Volcano queue the PodGroup is submitted to. Omitted means Volcano's default
+	// queue.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Queue *string `json:"queue,omitempty"`
+}
+
+// KAISchedulerPodGroupPolicySource configures scheduling by KAI Scheduler.
+type KAISchedulerPodGroupPolicySource struct {
+	// Queue is the KAI queue, put on the JobSet and its pods as the kai.scheduler/queue label.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Queue string `json:"queue"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ClusterTrainingRuntime{}, &ClusterTrainingRuntimeList{}, &TrainingRuntime{}, &TrainingRuntimeList{})
+}

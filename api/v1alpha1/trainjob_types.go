@@ -1,0 +1,395 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Values of spec.managedBy.
+const (
+	// TrainJobControllerName is the default spec.managedBy: this operator reconciles the TrainJob.
+	TrainJobControllerName = "trainer.kubeflow.org/trainjob-controller"
+
+	// MultiKueueControllerName hands the TrainJob to Kueue's MultiKueue, which runs it on a worker
+	// cluster; this operator leaves such TrainJobs alone.
+	MultiKueueControllerName = "kueue.x-k8s.io/multikueue"
+)
+
+// Condition types of TrainJob status.conditions.
+const (
+	// TrainJobCreated is True once the TrainJob's children are applied to the cluster.
+	TrainJobCreated = "Created"
+
+	// TrainJobSuspended is True while the TrainJob is suspended.
+	TrainJobSuspended = "Suspended"
+
+	// TrainJobComplete is True when the TrainJob finished successfully. It is terminal.
+	TrainJobComplete = "Complete"
+
+	// TrainJobFailed is True when the TrainJob failed. It is terminal.
+	TrainJobFailed = "Failed"
+)
+
+// Condition reasons of TrainJob status.conditions.
+const (
+	// TrainJobJobsBuildFailedReason explains Created=False when the children could not be built
+	// from the TrainJob and its runtime.
+	TrainJobJobsBuildFailedReason = "JobsBuildFailed"
+
+	// TrainJobJobsCreationFailedReason explains Created=False when the children were built but could
+	// not be applied to the cluster.
+	TrainJobJobsCreationFailedReason = "JobsCreationFailed"
+
+	// TrainJobJobsCreatedReason explains Created=True.
+	TrainJobJobsCreatedReason = "JobsCreated"
+
+	// TrainJobSuspendedReason explains Suspended=True.
+	TrainJobSuspendedReason = "Suspended"
+
+	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed.
+	TrainJobResumedReason = "Resumed"
+
+	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
+	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
+)
+
+// TrainJob runs one distributed training from a training runtime blueprint: the operator turns
+// it into a JobSet with the framework's distributed settings, gang scheduling and the TrainJob's
+// own trainer, initializer and override values.
+//
+// The name becomes the JobSet's and its headless Service's name, so it must be a DNS-1035 label.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tj,categories=trainer
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`,description="The TrainJob's state: the first condition that is True (Complete, Failed, Suspended, Created)"
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,description="Number of training nodes set by the TrainJob; empty means the runtime's"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the JobSet and its Service"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be no more than 63 characters"
+type TrainJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired TrainJob.
+	// +required
+	Spec TrainJobSpec `json:"spec"`
+
+	// Status is the observed state of the TrainJob, written by the operator.
+	// +optional
+	Status TrainJobStatus `json:"status,omitempty"`
+}
+
+// TrainJobSpec is the desired TrainJob: which runtime to use and what to change in it.
+type TrainJobSpec struct {
+	// RuntimeRef names the TrainingRuntime or ClusterTrainingRuntime this TrainJob runs from.
+	// It cannot be changed after creation.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="runtimeRef is immutable"
+	RuntimeRef RuntimeRef `json:"runtimeRef"`
+
+	// Initializer configures the jobs that download the dataset and the pre-trained model before
+	// training starts. The runtime must have the matching initializer jobs.
+	// +optional
+	Initializer *Initializer `json:"initializer,omitempty"`
+
+	// Trainer overrides the runtime's trainer: image, command, arguments, environment, node count
+	// and resources of the trainer container on every training node.
+	// +optional
+	Trainer *Trainer `json:"trainer,omitempty"`
+
+	// Labels are merged into the labels of the JobSet, its Jobs and their Pods. On a clash with the
+	// runtime's labels, the TrainJob's value wins.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Annotations are merged into the annotations of the JobSet, its Jobs and their Pods. On a clash
+	// with the runtime's annotations, the TrainJob's value wins.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// PodSpecOverrides change the Pod templates of the runtime's jobs for this TrainJob only, for
+	// example a user's service account, volumes or node placement. They are applied last, so they
+	// win over both the runtime and spec.trainer. Tools such as Kueue add them while the TrainJob
+	// is suspended.
+	// +optional
+	// +listType=atomic
+	PodSpecOverrides []PodSpecOverride `json:"podSpecOverrides,omitempty"`
+
+	// Suspend stops the TrainJob's pods, or keeps them from starting, while true. Setting it back
+	// to false resumes the TrainJob. Queueing systems such as Kueue use it to admit TrainJobs.
+	// Defaults to false.
+	// +optional
+	// +kubebuilder:default=false
+	Suspend *bool `json:"suspend,omitempty"`
+
+	// ManagedBy names the controller that reconciles this TrainJob:
+	// "trainer.kubeflow.org/trainjob-controller" (this operator) or "kueue.x-k8s.io/multikueue"
+	// (Kueue's MultiKueue, which runs the TrainJob on a worker cluster; this operator then leaves
+	// it alone). It cannot be changed after creation.
+	// Defaults to "trainer.kubeflow.org/trainjob-controller".
+	// +optional
+	// +kubebuilder:default="trainer.kubeflow.org/trainjob-controller"
+	// +kubebuilder:validation:Enum="trainer.kubeflow.org/trainjob-controller";"kueue.x-k8s.io/multikueue"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="managedBy is immutable"
+	ManagedBy *string `json:"managedBy,omitempty"`
+}
+
+// RuntimeRef names a training runtime.
+type RuntimeRef struct {
+	// Name of the runtime. A TrainingRuntime must be in the TrainJob's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// APIGroup of the runtime.
+	// Defaults to "trainer.kubeflow.org".
+	// +optional
+	// +kubebuilder:default="trainer.kubeflow.org"
+	// +kubebuilder:validation:Enum="trainer.kubeflow.org"
+	APIGroup *string `json:"apiGroup,omitempty"`
+
+	// Kind of the runtime: ClusterTrainingRuntime (cluster-wide) or TrainingRuntime (in the
+	// TrainJob's namespace).
+	// Defaults to ClusterTrainingRuntime.
+	// +optional
+	// +kubebuilder:default="ClusterTrainingRuntime"
+	// +kubebuilder:validation:Enum=TrainingRuntime;ClusterTrainingRuntime
+	Kind *string `json:"kind,omitempty"`
+}
+
+// Initializer configures the dataset and model initializer jobs of the runtime.
+type Initializer struct {
+	// Dataset configures the job labelled
+	// trainer.kubeflow.org/trainjob-ancestor-step=dataset-initializer.
+	// +optional
+	Dataset *DatasetInitializer `json:"dataset,omitempty"`
+
+	// Model configures the job labelled
+	// trainer.kubeflow.org/trainjob-ancestor-step=model-initializer.
+	// +optional
+	Model *ModelInitializer `json:"model,omitempty"`
+}
+
+// DatasetInitializer says where to fetch the dataset from.
+type DatasetInitializer struct {
+	// StorageUri is where the dataset is, as scheme://path: for example
+	// "hf://tatsu-lab/alpaca" or "s3://bucket/path". It is passed to the initializer as STORAGE_URI.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must have the form scheme://path, for example hf://org/dataset or s3://bucket/path"
+	StorageUri *string `json:"storageUri,omitempty"`
+
+	// Env is merged by name into the dataset initializer container's environment; these values win
+	// over the runtime's.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// SecretRef names a Secret in the TrainJob's namespace with the credentials to download the
+	// dataset. Its keys become environment variables of the initializer container.
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// ModelInitializer says where to fetch the pre-trained model from.
+type ModelInitializer struct {
+	// StorageUri is where the model is, as scheme://path: for example
+	// "hf://meta-llama/Llama-3.2-1B". It is passed to the initializer as STORAGE_URI.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must have the form scheme://path, for example hf://org/model or s3://bucket/path"
+	StorageUri *string `json:"storageUri,omitempty"`
+
+	// Env is merged by name into the model initializer container's environment; these values win
+	// over the runtime's.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// SecretRef names a Secret in the TrainJob's namespace with the credentials to download the
+	// model. Its keys become environment variables of the initializer container.
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// Trainer overrides the trainer container of the runtime's job labelled
+// trainer.kubeflow.org/trainjob-ancestor-step=trainer.
+type Trainer struct {
+	// Image of the trainer container.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Image *string `json:"image,omitempty"`
+
+	// Command replaces the trainer container's entrypoint.
+	// +optional
+	// +listType=atomic
+	Command []string `json:"command,omitempty"`
+
+	// Args replaces the arguments of the trainer container's entrypoint.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+
+	// Env is merged by name into the trainer container's environment; these values win over the
+	// runtime's. The framework's own variables (PET_*, DMLC_*, JAX_*, ...) are set by the operator
+	// and may not be set here.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// NumNodes is the number of training nodes (pods of the trainer job). It overrides the
+	// runtime's mlPolicy.numNodes.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	NumNodes *int32 `json:"numNodes,omitempty"`
+
+	// ResourcesPerNode replaces the trainer container's resource requests and limits on each node.
+	// +optional
+	ResourcesPerNode *corev1.ResourceRequirements `json:"resourcesPerNode,omitempty"`
+
+	// NumProcPerNode is the number of training processes on each node: "auto" (one per GPU when
+	// the node has GPUs, else per CPU), "cpu", "gpu", or a positive integer such as "4". It
+	// overrides the runtime's value.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be auto, cpu, gpu or a positive integer"
+	NumProcPerNode *string `json:"numProcPerNode,omitempty"`
+}
+
+// PodSpecOverride changes the Pod template of some of the runtime's jobs for one TrainJob.
+type PodSpecOverride struct {
+	// TargetJobs are the names of the runtime's replicated jobs to change. Empty means all of them.
+	// Each must name a job of the runtime.
+	// +optional
+	// +listType=set
+	TargetJobs []string `json:"targetJobs,omitempty"`
+
+	// ServiceAccountName replaces the Pods' service account.
+	// +optional
+	ServiceAccountName *string `json:"serviceAccountName,omitempty"`
+
+	// NodeSelector is merged into the Pods' node selector; these values win.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Affinity replaces the Pods' affinity.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations are added to the Pods' tolerations.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Volumes are merged by name into the Pods' volumes; these win.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
+
+	// InitContainers change init containers of the Pods, by name. Each must exist in the runtime.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	InitContainers []ContainerOverride `json:"initContainers,omitempty"`
+
+	// Containers change containers of the Pods, by name. Each must exist in the runtime.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Containers []ContainerOverride `json:"containers,omitempty"`
+
+	// SchedulingGates are merged by name into the Pods' scheduling gates.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates,omitempty"`
+
+	// ImagePullSecrets are merged by name into the Pods' image pull secrets.
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// ContainerOverride changes one container of the runtime's Pod template.
+type ContainerOverride struct {
+	// Name of the container. The runtime's Pod template must have it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// Env is merged by name into the container's environment; these values win.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// VolumeMounts are merged by mount path into the container's volume mounts; these win.
+	// +optional
+	// +listType=map
+	// +listMapKey=mountPath
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
+}
+
+// TrainJobStatus is the observed state of a TrainJob.
+type TrainJobStatus struct {
+	// Conditions of the TrainJob: Created, Suspended, and the terminal Complete or Failed. They
+	// are kept in that order of precedence, most significant first.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// JobsStatus counts the Jobs of each of the JobSet's replicated jobs by state.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	JobsStatus []JobStatus `json:"jobsStatus,omitempty"`
+}
+
+// JobStatus counts the Jobs of one replicated job by state.
+type JobStatus struct {
+	// Name of the replicated job.
+	// +required
+	Name string `json:"name"`
+
+	// Ready is the number of Jobs whose pods are all ready or completed.
+	// +required
+	Ready int32 `json:"ready"`
+
+	// Succeeded is the number of Jobs that completed successfully.
+	// +required
+	Succeeded int32 `json:"succeeded"`
+
+	// Failed is the number of Jobs that failed.
+	// +required
+	Failed int32 `json:"failed"`
+
+	// Active is the number of Jobs with at least one pod running or pending.
+	// +required
+	Active int32 `json:"active"`
+
+	// Suspended is the number of Jobs that are suspended.
+	// +required
+	Suspended int32 `json:"suspended"`
+}
+
+// TrainJobList is a list of TrainJobs.
+//
+// +kubebuilder:object:root=true
+type TrainJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TrainJob `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TrainJob{}, &TrainJobList{})
+}
