@@ -14,8 +14,6 @@ GO ?= go
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
-include hack/tools.mk
-
 .PHONY: all
 all: build
 
@@ -64,9 +62,13 @@ build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 
 .PHONY: run
-run: build envtest-assets ## Start a local control plane, install the CRDs and run the manager against it.
-	$(GO) run ./hack/localcluster -assets "$(ENVTEST_ASSETS)" -- $(LOCALBIN)/manager $(ARGS)
+run: build envtest-assets ## Start a local control plane, install the CRDs and run the manager against it (Ctrl-C stops all).
+	$(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
+	$(LOCALBIN)/localcluster -assets "$(ENVTEST_ASSETS)" -- $(LOCALBIN)/manager $(ARGS)
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
 	docker build -t $(IMG) .
+
+# Last, so that none of its targets becomes the default goal.
+include hack/tools.mk

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -302,7 +303,7 @@ func TestImmutableFields(t *testing.T) {
 	}{
 		"runtimeRef name": {
 			change: func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Name = "other" },
-			want:   "spec.runtimeRef: Invalid value: \"object\": runtimeRef is immutable",
+			want:   "spec.runtimeRef: Invalid value: runtimeRef is immutable",
 		},
 		"runtimeRef kind": {
 			change: func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = ptr.To(trainer.TrainingRuntimeKind) },
@@ -373,5 +374,20 @@ func TestPrinterColumns(t *testing.T) {
 				t.Errorf("kubectl get %s columns (-want +got):\n%s", tc.resource, diff)
 			}
 		})
+	}
+}
+
+// TestCRDsAreServed checks that the API server serves every kind the operator works with: its
+// own and the JobSet and PodGroup ones it creates.
+func TestCRDsAreServed(t *testing.T) {
+	for _, gvk := range []schema.GroupVersionKind{
+		trainer.GroupVersion.WithKind("TrainJob"),
+		trainer.GroupVersion.WithKind(trainer.TrainingRuntimeKind),
+		trainer.GroupVersion.WithKind(trainer.ClusterTrainingRuntimeKind),
+		{Group: "jobset.x-k8s.io", Version: "v1alpha2", Kind: "JobSet"},
+		{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"},
+	} {
+		_, err := k8sClient.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		assert.NoErrorf(t, err, "%s is not served", gvk)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"testing"
 
@@ -75,14 +76,16 @@ func getTable(t *testing.T, namespace, resource string) *metav1.Table {
 	t.Helper()
 	httpClient, err := rest.HTTPClientFor(restCfg)
 	require.NoError(t, err)
-	url := fmt.Sprintf("%s/apis/%s/namespaces/%s/%s", restCfg.Host, trainer.GroupVersion, namespace, resource)
+	url, err := url.JoinPath(restCfg.Host, "apis", trainer.GroupVersion.Group, trainer.GroupVersion.Version,
+		"namespaces", namespace, resource)
+	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
 	resp, err := httpClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equalf(t, http.StatusOK, resp.StatusCode, "GET %s", url)
 	table := &metav1.Table{}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(table))
 	return table

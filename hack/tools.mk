@@ -1,0 +1,103 @@
+# hack/tools.mk: pinned developer tools, built from the Go module proxy alone.
+# Included by the main Makefile; also usable alone: make -f hack/tools.mk envtest-assets
+#
+# Why not setup-envtest: it downloads release tarballs, which this environment
+# (and a fresh dev/CI machine without internet beyond the Go proxy) cannot do.
+# So etcd, kube-apiserver and kubectl are compiled from source via small
+# build-only Go modules under hack/tools/<mod>/ with committed go.mod/go.sum.
+# Each is built with that module's own go.mod (GOWORK=off, so a go.work at the
+# repo root can never leak in) and CGO_ENABLED=0, like upstream release
+# builds: static binaries, identical whether or not a C compiler is present.
+# Rebuilds happen only when a binary is missing or its module's go.mod/go.sum
+# is newer; the outputs are reproducible.
+
+
+## Versions. K8S_VERSION and ETCD_VERSION must match hack/tools/{k8s,etcd}/go.mod
+## (checked at build time); bump them together.
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.2
+K8S_VERSION ?= v1.36.3
+ETCD_VERSION ?= v3.6.16
+
+## Locations.
+GO ?= go
+TOOLS_MOD_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))/tools
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+ETCD ?= $(LOCALBIN)/etcd
+KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
+KUBECTL ?= $(LOCALBIN)/kubectl
+KUBE_CONTROLLER_MANAGER ?= $(LOCALBIN)/kube-controller-manager
+# Folder for KUBEBUILDER_ASSETS: etcd, kube-apiserver and kubectl side by side.
+ENVTEST_ASSETS ?= $(LOCALBIN)
+
+$(LOCALBIN):
+	mkdir -p $@
+
+##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
+
+.PHONY: controller-gen kustomize etcd kube-apiserver kubectl kube-controller-manager envtest-assets
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
+kustomize: $(KUSTOMIZE) ## Build kustomize.
+etcd: $(ETCD) ## Build etcd.
+kube-apiserver: $(KUBE_APISERVER) ## Build kube-apiserver.
+kubectl: $(KUBECTL) ## Build kubectl.
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build kube-controller-manager (local e2e cluster).
+envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
+
+## controller-gen and kustomize: plain `go install pkg@version` (their go.mod
+## has no local replaces). Installed as <tool>-<version> plus a symlink
+## <tool> -> <tool>-<version>; other versions are deleted first, so a version
+## change in either direction (bump or branch switch) reinstalls.
+# go-install-tool: $(1) versioned target file, $(2) tool name, $(3) package@version
+define go-install-tool
+	rm -f $(LOCALBIN)/$(2) $(LOCALBIN)/$(2)-v*
+	GOWORK=off GOBIN=$(LOCALBIN) $(GO) install -trimpath $(3)
+	mv $(LOCALBIN)/$(2) $(1)
+endef
+
+$(CONTROLLER_GEN): $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+	ln -sf $(notdir $<) $@
+$(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION): | $(LOCALBIN)
+	$(call go-install-tool,$@,controller-gen,sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION))
+
+$(KUSTOMIZE): $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+	ln -sf $(notdir $<) $@
+$(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION): | $(LOCALBIN)
+	$(call go-install-tool,$@,kustomize,sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION))
+
+## Build-only modules. `go install` cannot build etcd or k8s.io/kubernetes:
+## their go.mod files use replace directives pointing at local folders.
+# check-mod-version: $(1) module dir, $(2) module path, $(3) expected version
+define check-mod-version
+	@v=$$(cd $(1) && GOWORK=off $(GO) list -m -f '{{.Version}}' $(2)) && [ "$$v" = "$(3)" ] || \
+	  { echo "$(1)/go.mod pins $(2) $$v, but tools.mk expects $(3)" >&2; exit 1; }
+endef
+
+ETCD_MOD := $(TOOLS_MOD_DIR)/etcd
+$(ETCD): $(ETCD_MOD)/go.mod $(ETCD_MOD)/go.sum | $(LOCALBIN)
+	$(call check-mod-version,$(ETCD_MOD),go.etcd.io/etcd/server/v3,$(ETCD_VERSION))
+	cd $(ETCD_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $@) go.etcd.io/etcd/server/v3
+
+## hack/tools/k8s/go.mod requires k8s.io/kubernetes and replaces each of its
+## ./staging/... modules with the published k8s.io/<staging> v0.X.Y release.
+## The version must be stamped via -ldflags: an unset/malformed version makes
+## kube-apiserver panic at start (envtest then only reports a failed flag check).
+K8S_MOD := $(TOOLS_MOD_DIR)/k8s
+K8S_SEMVER := $(subst ., ,$(patsubst v%,%,$(K8S_VERSION)))
+K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=$(word 1,$(K8S_SEMVER)) -X $(p).gitMinor=$(word 2,$(K8S_SEMVER)))
+# build-k8s-cmd: $(1) command under k8s.io/kubernetes/cmd/
+define build-k8s-cmd
+	$(call check-mod-version,$(K8S_MOD),k8s.io/kubernetes,$(K8S_VERSION))
+	cd $(K8S_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(abspath $@) k8s.io/kubernetes/cmd/$(1)
+endef
+
+$(KUBE_APISERVER): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
+	$(call build-k8s-cmd,kube-apiserver)
+$(KUBECTL): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
+	$(call build-k8s-cmd,kubectl)
+$(KUBE_CONTROLLER_MANAGER): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
+	$(call build-k8s-cmd,kube-controller-manager)
+
