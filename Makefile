@@ -48,7 +48,7 @@ verify: manifests generate fmt ## Fail when generated or formatted files differ 
 	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd)" || { git status --porcelain -- api config internal cmd; echo "Untracked generated files: commit them."; exit 1; }
 
 .PHONY: test
-test: manifests generate fmt vet envtest-assets ## Run the unit and integration (envtest) tests.
+test: manifests generate fmt vet envtest-assets kube-controller-manager ## Run the unit and integration (envtest) tests.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -count=1
 
 .PHONY: test-unit

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -21,6 +22,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/controller"
 )
 
 var (
@@ -45,6 +47,7 @@ func main() {
 		webhookCertPath, metricsCertPath string
 		qps                              float64
 		burst                            int
+		controllerOpts                   controller.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address the metrics endpoint binds to, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
@@ -62,6 +65,10 @@ func main() {
 		"Folder with the metrics server's tls.crt and tls.key; empty means a self-signed certificate.")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "Queries per second the manager may send to the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 500, "Burst of queries the manager may send to the API server.")
+	flag.IntVar(&controllerOpts.MaxConcurrentReconciles, "trainjob-concurrency", 16,
+		"Number of TrainJobs each framework controller reconciles at once.")
+	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", 10*time.Second,
+		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -103,6 +110,12 @@ func main() {
 		os.Exit(1)
 	}
 
+	ctx := ctrl.SetupSignalHandler()
+	if err := controller.Setup(ctx, mgr, controller.Frameworks(), controllerOpts); err != nil {
+		setupLog.Error(err, "Unable to set up the TrainJob controllers")
+		os.Exit(1)
+	}
+
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		setupLog.Error(err, "Unable to set up health check")
 		os.Exit(1)
@@ -113,7 +126,7 @@ func main() {
 	}
 
 	setupLog.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "Manager stopped with an error")
 		os.Exit(1)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -38,26 +39,34 @@ func CRDPaths() ([]string, error) {
 	return paths, nil
 }
 
-// New returns an environment with all the CRDs, ready to Start. The etcd and kube-apiserver
-// binaries are taken from KUBEBUILDER_ASSETS, else from the repository's bin/ (`make
-// envtest-assets` builds them there).
+// assetsDir is the folder with etcd, kube-apiserver and the other control-plane binaries:
+// KUBEBUILDER_ASSETS, else the repository's bin/ (`make envtest-assets` builds them there).
+func assetsDir() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	root, err := moduleDir("")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// New returns an environment with all the CRDs, ready to Start, with the binaries of assetsDir.
 func New() (*envtest.Environment, error) {
 	paths, err := CRDPaths()
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
+	assets, err := assetsDir()
+	if err != nil {
+		return nil, err
+	}
+	return &envtest.Environment{
 		CRDDirectoryPaths:     paths,
 		ErrorIfCRDPathMissing: true,
-	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		root, err := moduleDir("")
-		if err != nil {
-			return nil, err
-		}
-		env.BinaryAssetsDirectory = filepath.Join(root, "bin")
-	}
-	return env, nil
+		BinaryAssetsDirectory: assets,
+	}, nil
 }
 
 // moduleDir asks the go command where a module is: the main module for "", else the module cache
@@ -79,4 +88,41 @@ func moduleDir(module string) (string, error) {
 		return "", fmt.Errorf("module %q is not in the module cache: run 'go mod download'", module)
 	}
 	return dir, nil
+}
+
+// StartGarbageCollector runs kube-controller-manager's garbage collector against a started
+// environment, so that owner references are honoured as in a real cluster: deleting an owner
+// deletes its children. The returned function stops it.
+func StartGarbageCollector(env *envtest.Environment) (stop func(), err error) {
+	user, err := env.AddUser(envtest.User{Name: "garbage-collector", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding a user for the garbage collector: %w", err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "garbage-collector-")
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	assets, err := assetsDir()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(assets, "kube-controller-manager"),
+		"--kubeconfig="+path, "--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0", "-v=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}, nil
 }

@@ -1,0 +1,91 @@
+// Package build turns a TrainJob and its runtime into the JobSet to apply. It is a pure function
+// of its inputs, tested without a cluster:
+//
+//	(TrainJob, runtime, framework) -> JobSet apply configuration
+//
+// The steps run in this order, each in its own file: start from the runtime's JobSet template;
+// apply spec.trainer to the trainer job; apply the initializers; apply the framework's policy;
+// apply spec.podSpecOverrides; merge the TrainJob's labels and annotations; set the name,
+// namespace, suspension and owner.
+package build
+
+import (
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetac "sigs.k8s.io/jobset/client-go/applyconfiguration/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// JobSet builds the JobSet of a TrainJob from its runtime, with fw's policy applied. The error
+// says what in the TrainJob or runtime is wrong, for the TrainJob's Created condition.
+func JobSet(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) (*jobsetac.JobSetApplyConfiguration, error) {
+	// The steps copy values out of the TrainJob into the JobSet: never share them.
+	tj = tj.DeepCopy()
+	b := &framework.Build{
+		TrainJob: tj,
+		Runtime:  rt,
+		JobSet: &jobsetv1alpha2.JobSet{
+			ObjectMeta: metav1.ObjectMeta{
+				Labels:      rt.Spec.Template.Labels,
+				Annotations: rt.Spec.Template.Annotations,
+			},
+			Spec: rt.Spec.Template.Spec,
+		},
+		NumNodes: numNodes(tj, rt.Spec),
+	}
+	// The steps change the JobSet in place: never the runtime's template.
+	b.JobSet = b.JobSet.DeepCopy()
+
+	steps := []func(*framework.Build) error{
+		applyTrainer,
+		applyInitializers,
+		fw.Apply,
+		applyPodSpecOverrides,
+		applyMetadata,
+	}
+	for _, step := range steps {
+		if err := step(b); err != nil {
+			return nil, err
+		}
+	}
+	return toApplyConfiguration(tj, b.JobSet)
+}
+
+// numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else 1.
+func numNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) int32 {
+	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil {
+		return *tj.Spec.Trainer.NumNodes
+	}
+	if spec.MLPolicy != nil && spec.MLPolicy.NumNodes != nil {
+		return *spec.MLPolicy.NumNodes
+	}
+	return 1
+}
+
+// toApplyConfiguration names the JobSet after the TrainJob, makes the TrainJob its controller
+// owner, carries spec.suspend over, and converts it to an apply configuration. The conversion
+// goes through JSON, which both types share; status is dropped, as it belongs to JobSet's
+// controller.
+func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*jobsetac.JobSetApplyConfiguration, error) {
+	js.Spec.Suspend = ptr.To(ptr.Deref(tj.Spec.Suspend, false))
+	spec, err := json.Marshal(js.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding JobSet spec: %w", err)
+	}
+	ac := jobsetac.JobSet(tj.Name, tj.Namespace).
+		WithLabels(js.Labels).
+		WithAnnotations(js.Annotations).
+		WithOwnerReferences(OwnerReference(tj))
+	ac.Spec = &jobsetac.JobSetSpecApplyConfiguration{}
+	if err := json.Unmarshal(spec, ac.Spec); err != nil {
+		return nil, fmt.Errorf("decoding JobSet spec: %w", err)
+	}
+	return ac, nil
+}

@@ -1,0 +1,73 @@
+package build
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// applyPodSpecOverrides applies spec.podSpecOverrides in order to the pod templates of their
+// target jobs (all jobs when targetJobs is empty). They run last, so they win over the runtime,
+// spec.trainer and the framework. A target job or container the runtime lacks is an error.
+func applyPodSpecOverrides(b *framework.Build) error {
+	jobs := b.JobSet.Spec.ReplicatedJobs
+	for i, o := range b.TrainJob.Spec.PodSpecOverrides {
+		targets := o.TargetJobs
+		if len(targets) == 0 {
+			for _, job := range jobs {
+				targets = append(targets, job.Name)
+			}
+		}
+		for t, name := range targets {
+			j := slices.IndexFunc(jobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == name })
+			if j < 0 {
+				return fmt.Errorf("spec.podSpecOverrides[%d].targetJobs[%d]: %s has no replicated job %q", i, t, b.Runtime, name)
+			}
+			if err := overridePodSpec(&jobs[j].Template.Spec.Template.Spec, &o, i); err != nil {
+				return fmt.Errorf("%w in replicated job %q of %s", err, name, b.Runtime)
+			}
+		}
+	}
+	return nil
+}
+
+func overridePodSpec(spec *corev1.PodSpec, o *trainer.PodSpecOverride, i int) error {
+	if o.ServiceAccountName != nil {
+		spec.ServiceAccountName = *o.ServiceAccountName
+	}
+	if o.NodeSelector != nil {
+		if spec.NodeSelector == nil {
+			spec.NodeSelector = map[string]string{}
+		}
+		maps.Copy(spec.NodeSelector, o.NodeSelector)
+	}
+	if o.Affinity != nil {
+		spec.Affinity = o.Affinity
+	}
+	spec.Tolerations = append(spec.Tolerations, o.Tolerations...)
+	spec.Volumes = upsert(spec.Volumes, volumeName, o.Volumes...)
+	spec.SchedulingGates = upsert(spec.SchedulingGates, gateName, o.SchedulingGates...)
+	spec.ImagePullSecrets = upsert(spec.ImagePullSecrets, secretName, o.ImagePullSecrets...)
+	if err := overrideContainers(spec.InitContainers, o.InitContainers, fmt.Sprintf("spec.podSpecOverrides[%d].initContainers", i)); err != nil {
+		return err
+	}
+	return overrideContainers(spec.Containers, o.Containers, fmt.Sprintf("spec.podSpecOverrides[%d].containers", i))
+}
+
+func overrideContainers(containers []corev1.Container, overrides []trainer.ContainerOverride, path string) error {
+	for i, o := range overrides {
+		c := containerIndex(containers, o.Name)
+		if c < 0 {
+			return fmt.Errorf("%s[%d].name: no container %q", path, i, o.Name)
+		}
+		containers[c].Env = upsert(containers[c].Env, envName, o.Env...)
+		containers[c].VolumeMounts = upsert(containers[c].VolumeMounts, mountPath, o.VolumeMounts...)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package build
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// Names the trainer container may have, in order of preference: "node" (KEP-2598), then
+// "trainer" (KEP-2170).
+var trainerContainerNames = []string{"node", "trainer"}
+
+// applyTrainer finds the trainer job and container, applies spec.trainer to them, and sets the
+// trainer job's parallelism and completions to the number of nodes.
+func applyTrainer(b *framework.Build) error {
+	jobs := ancestorJobs(b, trainer.AncestorTrainer)
+	switch len(jobs) {
+	case 0:
+		return fmt.Errorf("%s has no replicated job whose pod template is labelled %s=%s",
+			b.Runtime, trainer.AncestorStepLabel, trainer.AncestorTrainer)
+	case 1:
+	default:
+		return fmt.Errorf("%s has %d replicated jobs labelled %s=%s; exactly one must be",
+			b.Runtime, len(jobs), trainer.AncestorStepLabel, trainer.AncestorTrainer)
+	}
+	job := &b.JobSet.Spec.ReplicatedJobs[jobs[0]]
+	container := -1
+	for _, name := range trainerContainerNames {
+		if container = containerIndex(job.Template.Spec.Template.Spec.Containers, name); container >= 0 {
+			break
+		}
+	}
+	if container < 0 {
+		return fmt.Errorf("%s: replicated job %q has no trainer container: name it %q or %q",
+			b.Runtime, job.Name, trainerContainerNames[0], trainerContainerNames[1])
+	}
+	b.SetTrainer(jobs[0], container)
+
+	job.Template.Spec.Parallelism = ptr.To(b.NumNodes)
+	job.Template.Spec.Completions = ptr.To(b.NumNodes)
+
+	t := b.TrainJob.Spec.Trainer
+	if t == nil {
+		return nil
+	}
+	c := b.TrainerContainer()
+	if t.Image != nil {
+		c.Image = *t.Image
+	}
+	if t.Command != nil {
+		c.Command = t.Command
+	}
+	if t.Args != nil {
+		c.Args = t.Args
+	}
+	c.Env = upsert(c.Env, envName, t.Env...)
+	if t.ResourcesPerNode != nil {
+		c.Resources = *t.ResourcesPerNode.DeepCopy()
+	}
+	return nil
+}
+
+// ancestorJobs returns the indexes of the replicated jobs whose pod template is labelled as the
+// given part of the TrainJob.
+func ancestorJobs(b *framework.Build, ancestor string) []int {
+	var jobs []int
+	for i, job := range b.JobSet.Spec.ReplicatedJobs {
+		if job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] == ancestor {
+			jobs = append(jobs, i)
+		}
+	}
+	return jobs
+}
+
+func containerIndex(containers []corev1.Container, name string) int {
+	return slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == name })
+}

@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+// conditionOrder is the order conditions are kept in, most significant first, so that the STATE
+// printer column (the first condition that is True) reads Complete, Failed, Suspended or Created.
+var conditionOrder = []string{trainer.TrainJobComplete, trainer.TrainJobFailed, trainer.TrainJobSuspended, trainer.TrainJobCreated}
+
+// maxMessageLength is the longest condition message the API accepts.
+const maxMessageLength = 32768
+
+// setCondition sets a condition of the TrainJob's status in memory for its current generation.
+func setCondition(tj *trainer.TrainJob, condType string, status metav1.ConditionStatus, reason, message string) {
+	if len(message) > maxMessageLength {
+		message = message[:maxMessageLength-3] + "..."
+	}
+	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
+		Type:               condType,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: tj.Generation,
+	})
+	slices.SortStableFunc(tj.Status.Conditions, func(a, b metav1.Condition) int {
+		return rank(a.Type) - rank(b.Type)
+	})
+}
+
+func rank(condType string) int {
+	if i := slices.Index(conditionOrder, condType); i >= 0 {
+		return i
+	}
+	return len(conditionOrder)
+}
+
+// setSuspended reports spec.suspend: Suspended=True while suspended, and Suspended=False with
+// reason Resumed once a suspended TrainJob runs again. A TrainJob never suspended has no
+// Suspended condition.
+func setSuspended(tj *trainer.TrainJob) {
+	switch {
+	case ptr.Deref(tj.Spec.Suspend, false):
+		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended")
+	case apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended):
+		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed")
+	}
+}
+
+// setJobSetStatus mirrors the JobSet's replicated jobs into status.jobsStatus and its terminal
+// state into the Complete or Failed condition, with the reason and message of the JobSet's own
+// condition.
+func setJobSetStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSetStatus) {
+	tj.Status.JobsStatus = nil
+	for _, s := range js.ReplicatedJobsStatus {
+		tj.Status.JobsStatus = append(tj.Status.JobsStatus, trainer.JobStatus{
+			Name:      s.Name,
+			Ready:     s.Ready,
+			Succeeded: s.Succeeded,
+			Failed:    s.Failed,
+			Active:    s.Active,
+			Suspended: s.Suspended,
+		})
+	}
+
+	terminal := map[string]string{
+		string(jobsetv1alpha2.JobSetCompleted): trainer.TrainJobComplete,
+		string(jobsetv1alpha2.JobSetFailed):    trainer.TrainJobFailed,
+	}
+	condType, ok := terminal[js.TerminalState]
+	if !ok {
+		return
+	}
+	reason, message := "JobSet"+js.TerminalState, "JobSet is "+js.TerminalState
+	if c := apimeta.FindStatusCondition(js.Conditions, js.TerminalState); c != nil {
+		reason, message = c.Reason, c.Message
+	}
+	setCondition(tj, condType, metav1.ConditionTrue, reason, message)
+}
+
+// recordTransitions emits an event for each condition that changed from before, once the status
+// that holds it is written: failures as warnings, the rest as normal events.
+func recordTransitions(recorder events.EventRecorder, tj *trainer.TrainJob, before []metav1.Condition) {
+	for _, c := range tj.Status.Conditions {
+		old := apimeta.FindStatusCondition(before, c.Type)
+		if old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
+			continue
+		}
+		eventType := corev1.EventTypeNormal
+		if (c.Type == trainer.TrainJobCreated && c.Status == metav1.ConditionFalse) ||
+			(c.Type == trainer.TrainJobFailed && c.Status == metav1.ConditionTrue) {
+			eventType = corev1.EventTypeWarning
+		}
+		recorder.Eventf(tj, nil, eventType, c.Reason, c.Type, "%s", c.Message)
+	}
+}

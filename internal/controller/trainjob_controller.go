@@ -1,0 +1,166 @@
+// Package controller runs one TrainJob controller per ML framework. Every controller is the same
+// reconciler around a different framework.Framework: it resolves the runtime, builds the JobSet
+// through the shared pipeline, applies it, and reports the JobSet's progress in the TrainJob's
+// status.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// conflictRetry is how soon a TrainJob whose status write lost a race is reconciled again.
+const conflictRetry = 100 * time.Millisecond
+
+// TrainJobReconciler reconciles the TrainJobs whose runtime selects its framework.
+type TrainJobReconciler struct {
+	client    client.Client
+	recorder  events.EventRecorder
+	framework framework.Framework
+	// frameworks are all the frameworks the manager runs, to tell whose a TrainJob is.
+	frameworks []framework.Framework
+	// runtimeGracePeriod is how long a new TrainJob waits for its runtime to appear before it is
+	// Failed: a runtime applied together with the TrainJob may reach the cache a moment later.
+	runtimeGracePeriod time.Duration
+}
+
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/status,verbs=update
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainingruntimes;clustertrainingruntimes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one TrainJob's children in line with it and writes its status once.
+func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	tj := &trainer.TrainJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, tj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !managed(tj) || finished(tj) {
+		return ctrl.Result{}, nil
+	}
+	before := tj.Status.DeepCopy()
+	result, err := r.reconcile(ctx, tj)
+	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
+		return result, err
+	}
+	if werr := r.client.Status().Update(ctx, tj); werr != nil {
+		if apierrors.IsConflict(werr) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
+	}
+	recordTransitions(r.recorder, tj, before.Conditions)
+	return result, err
+}
+
+// reconcile runs the steps for a TrainJob that is neither finished nor someone else's, and sets
+// its status in memory.
+func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+
+	// 1. Resolve the runtime. One that is still missing after the grace period fails the TrainJob.
+	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
+	if errors.Is(err, trainingruntime.ErrNotFound) {
+		if wait := r.runtimeGracePeriod - time.Since(tj.CreationTimestamp.Time); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobRuntimeNotFoundReason,
+			fmt.Sprintf("The runtime of spec.runtimeRef cannot be found: %v", err))
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// The runtime may have changed framework since the event was queued: leave the TrainJob to
+	// the controller of its new framework, which its runtime's event queued as well.
+	if framework.Select(r.frameworks, rt.Spec.MLPolicy) != r.framework {
+		return ctrl.Result{}, nil
+	}
+
+	// 2. Read the JobSet the TrainJob already has, if any.
+	js := &jobsetv1alpha2.JobSet{}
+	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), js); {
+	case apierrors.IsNotFound(err):
+		js = nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case !metav1.IsControlledBy(js, tj):
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+			fmt.Sprintf("JobSet %q already exists and does not belong to this TrainJob", js.Name))
+		return ctrl.Result{}, nil
+	}
+
+	// 3. Write the JobSet. A running JobSet is never rewritten: changes to the TrainJob or its
+	// runtime reach it only while it is suspended. Suspending one only flips its suspend flag.
+	suspend := ptr.Deref(tj.Spec.Suspend, false)
+	switch {
+	case js == nil || ptr.Deref(js.Spec.Suspend, false):
+		ac, err := build.JobSet(tj, rt, r.framework)
+		if err != nil {
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
+			return ctrl.Result{}, nil
+		}
+		if err := r.client.Apply(ctx, ac, client.FieldOwner(fieldManager(r.framework)), client.ForceOwnership); err != nil {
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+				fmt.Sprintf("Applying JobSet %q: %v", tj.Name, err))
+			return ctrl.Result{}, fmt.Errorf("applying JobSet for %s: %w", klog.KObj(tj), err)
+		}
+		log.V(2).Info("Applied JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
+	case suspend:
+		patch := client.MergeFrom(js.DeepCopy())
+		js.Spec.Suspend = ptr.To(true)
+		if err := r.client.Patch(ctx, js, patch, client.FieldOwner(fieldManager(r.framework))); err != nil {
+			return ctrl.Result{}, fmt.Errorf("suspending JobSet %s: %w", klog.KObj(js), err)
+		}
+		log.V(2).Info("Suspended JobSet", "jobSet", klog.KObj(js))
+	}
+	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
+		fmt.Sprintf("JobSet %q is created", tj.Name))
+
+	// 4. Report suspension and the JobSet's progress.
+	setSuspended(tj)
+	if js != nil {
+		setJobSetStatus(tj, &js.Status)
+	}
+	return ctrl.Result{}, nil
+}
+
+// managed reports whether this operator reconciles the TrainJob, rather than e.g. MultiKueue.
+func managed(tj *trainer.TrainJob) bool {
+	return ptr.Deref(tj.Spec.ManagedBy, trainer.TrainJobControllerName) == trainer.TrainJobControllerName
+}
+
+// finished reports whether the TrainJob reached a terminal condition. A finished TrainJob is
+// final: its children are never written again, not even recreated when deleted.
+func finished(tj *trainer.TrainJob) bool {
+	for _, c := range tj.Status.Conditions {
+		if (c.Type == trainer.TrainJobComplete || c.Type == trainer.TrainJobFailed) && c.Status == metav1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldManager is the server-side apply field manager of a framework's controller.
+func fieldManager(fw framework.Framework) string {
+	return "trainer.kubeflow.org/" + fw.Name()
+}

@@ -1,0 +1,75 @@
+// Package framework is the contract between the shared build pipeline and the ML frameworks.
+// Each framework (torch, mpi, xgboost, jax, plain) is one controller in the manager and one
+// package under this folder that implements Framework; the pipeline does everything else.
+package framework
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// Framework is the distributed-training policy of one ML framework.
+type Framework interface {
+	// Name names the framework's controller and its field manager, trainer.kubeflow.org/<name>.
+	Name() string
+
+	// Selects reports whether this framework runs the TrainJobs of runtimes with this ML policy.
+	// The policy is nil for runtimes without one and for TrainJobs whose runtime is missing.
+	Selects(*trainer.MLPolicy) bool
+
+	// Apply adds the framework's settings (environment, ports, node counts) to the JobSet being
+	// built. It runs after the trainer and initializer values are applied, and before the
+	// TrainJob's podSpecOverrides.
+	Apply(*Build) error
+}
+
+// Select returns the framework that runs TrainJobs of a runtime with this ML policy: the first of
+// frameworks that selects it, or nil when none does.
+func Select(frameworks []Framework, policy *trainer.MLPolicy) Framework {
+	for _, f := range frameworks {
+		if f.Selects(policy) {
+			return f
+		}
+	}
+	return nil
+}
+
+// Build is a JobSet being built for a TrainJob, as the framework sees it.
+type Build struct {
+	TrainJob *trainer.TrainJob
+	Runtime  *trainingruntime.Runtime
+
+	// JobSet is the JobSet being built; Apply changes it in place.
+	JobSet *jobsetv1alpha2.JobSet
+
+	// NumNodes is the number of training nodes: the TrainJob's trainer.numNodes, else the
+	// runtime's mlPolicy.numNodes, else 1. The trainer job's parallelism and completions are set
+	// to it before Apply runs.
+	NumNodes int32
+
+	trainerJob, trainerContainer int
+}
+
+// TrainerJob is the replicated job labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
+func (b *Build) TrainerJob() *jobsetv1alpha2.ReplicatedJob {
+	return &b.JobSet.Spec.ReplicatedJobs[b.trainerJob]
+}
+
+// TrainerContainer is the trainer container of the trainer job's pod template: the one named
+// "node", else the one named "trainer".
+func (b *Build) TrainerContainer() *corev1.Container {
+	return &b.TrainerJob().Template.Spec.Template.Spec.Containers[b.trainerContainer]
+}
+
+// SetTrainer records where the trainer job and container are. The pipeline calls it once.
+func (b *Build) SetTrainer(job, container int) {
+	b.trainerJob, b.trainerContainer = job, container
+}
+
+// MLPolicy returns the runtime's ML policy, or nil when it has none.
+func (b *Build) MLPolicy() *trainer.MLPolicy {
+	return b.Runtime.Spec.MLPolicy
+}

@@ -1,0 +1,148 @@
+// Package controller runs the real manager, with every TrainJob controller, against a real
+// kube-apiserver and kube-controller-manager's garbage collector. JobSet's controller does not run:
+// the tests write JobSet status themselves, as JobSet would.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// runtimeGracePeriod is short here, so that the missing-runtime tests finish quickly.
+const runtimeGracePeriod = 2 * time.Second
+
+var (
+	k8sClient client.Client
+	scheme    = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(trainer.AddToScheme(scheme))
+	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	env, err := testenv.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	stopGC, err := testenv.StartGarbageCollector(env)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stopGC()
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := controller.Setup(ctx, mgr, controller.Frameworks(), controller.Options{
+		MaxConcurrentReconciles: 4,
+		RuntimeGracePeriod:      runtimeGracePeriod,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		fmt.Fprintln(os.Stderr, "cache did not sync")
+		return 1
+	}
+	// The tests read with an uncached client, so that they see the API server's truth.
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// Polling limits: everything here happens within a second or two on a quiet machine.
+const (
+	timeout  = 20 * time.Second
+	interval = 50 * time.Millisecond
+)
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ctrl-"}}
+	require.NoError(t, k8sClient.Create(context.Background(), ns))
+	return ns.Name
+}
+
+// waitForTrainJob waits for the TrainJob's status to satisfy check.
+func waitForTrainJob(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, tj *trainer.TrainJob)) *trainer.TrainJob {
+	t.Helper()
+	got := &trainer.TrainJob{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got))
+		check(c, got)
+	}, timeout, interval)
+	return got
+}
+
+// waitForJobSet waits for the TrainJob's JobSet to exist and satisfy check.
+func waitForJobSet(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, js *jobsetv1alpha2.JobSet)) *jobsetv1alpha2.JobSet {
+	t.Helper()
+	js := &jobsetv1alpha2.JobSet{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
+		check(c, js)
+	}, timeout, interval)
+	return js
+}
+
+// eventReasons lists the type and reason of each event about an object.
+func eventReasons(t *testing.T, obj client.Object) []string {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	require.NoError(t, k8sClient.List(context.Background(), list, client.InNamespace(obj.GetNamespace())))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.UID == obj.GetUID() {
+			reasons = append(reasons, e.Type+"/"+e.Reason)
+		}
+	}
+	return reasons
+}

@@ -1,0 +1,359 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// setup creates a namespace, a ClusterTrainingRuntime named after it, and returns both names.
+func setup(t *testing.T) (ns, runtime string) {
+	t.Helper()
+	ns = newNamespace(t)
+	require.NoError(t, k8sClient.Create(context.Background(), utiltesting.ClusterTrainingRuntime(ns, utiltesting.MakeRuntimeSpec().NumNodes(2).Obj())))
+	return ns, ns
+}
+
+func conditionIs(c *assert.CollectT, tj *trainer.TrainJob, condType string, status metav1.ConditionStatus, reason string) {
+	cond := apimeta.FindStatusCondition(tj.Status.Conditions, condType)
+	if assert.NotNilf(c, cond, "no %s condition in %v", condType, tj.Status.Conditions) {
+		assert.Equal(c, status, cond.Status, condType)
+		assert.Equal(c, reason, cond.Reason, condType)
+	}
+}
+
+// setJobSetStatus writes a JobSet's status, as JobSet's controller would.
+func setJobSetStatus(t *testing.T, js *jobsetv1alpha2.JobSet, status jobsetv1alpha2.JobSetStatus) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(js), js))
+		js.Status = status
+		require.NoError(c, k8sClient.Status().Update(context.Background(), js))
+	}, timeout, interval)
+}
+
+func TestTrainJobCreatesItsJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("mnist", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).
+		Trainer(&trainer.Trainer{Image: ptr.To("pytorch:2"), Env: []corev1.EnvVar{{Name: "EPOCHS", Value: "3"}}}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {})
+	assert.True(t, metav1.IsControlledBy(js, tj), "the JobSet is not controlled by its TrainJob: %v", js.OwnerReferences)
+	assert.Equal(t, ptr.To(false), js.Spec.Suspend)
+	node := js.Spec.ReplicatedJobs[0].Template.Spec
+	assert.Equal(t, ptr.To[int32](2), node.Parallelism, "parallelism from the runtime's numNodes")
+	assert.Equal(t, ptr.To[int32](2), node.Completions)
+	assert.Equal(t, "pytorch:2", node.Template.Spec.Containers[0].Image)
+	assert.Equal(t, []corev1.EnvVar{{Name: "EPOCHS", Value: "3"}}, node.Template.Spec.Containers[0].Env)
+	var managers []string
+	for _, f := range js.ManagedFields {
+		managers = append(managers, f.Manager+"/"+string(f.Operation))
+	}
+	assert.Equal(t, []string{"trainer.kubeflow.org/plain/Apply"}, managers)
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+	assert.Nil(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobSuspended), "never suspended, so no Suspended condition")
+	assert.Equal(t, got.Generation, got.Status.Conditions[0].ObservedGeneration)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, got), "Normal/JobsCreated")
+	}, timeout, interval)
+}
+
+func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
+	cases := map[string]struct {
+		state     jobsetv1alpha2.JobSetConditionType
+		reason    string
+		condition string
+		event     string
+	}{
+		"completed": {jobsetv1alpha2.JobSetCompleted, "AllJobsCompleted", trainer.TrainJobComplete, "Normal/AllJobsCompleted"},
+		"failed":    {jobsetv1alpha2.JobSetFailed, "FailedJobs", trainer.TrainJobFailed, "Warning/FailedJobs"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ns, runtime := setup(t)
+			tj := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+			require.NoError(t, k8sClient.Create(ctx, tj))
+			js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+			setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
+				TerminalState: string(tc.state),
+				Conditions: []metav1.Condition{{
+					Type: string(tc.state), Status: metav1.ConditionTrue, Reason: tc.reason,
+					Message: "jobset finished", LastTransitionTime: metav1.Now(),
+				}},
+				ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 1, Failed: 2}},
+			})
+
+			got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+				conditionIs(c, tj, tc.condition, metav1.ConditionTrue, tc.reason)
+			})
+			assert.Equal(t, "jobset finished", apimeta.FindStatusCondition(got.Status.Conditions, tc.condition).Message)
+			assert.Equal(t, []trainer.JobStatus{{Name: "node", Succeeded: 1, Failed: 2}}, got.Status.JobsStatus)
+			assert.Equal(t, tc.condition, got.Status.Conditions[0].Type, "the terminal condition leads, for the STATE column")
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				assert.Contains(c, eventReasons(t, got), tc.event)
+			}, timeout, interval)
+
+			// Terminal means final: a deleted JobSet is not recreated.
+			require.NoError(t, k8sClient.Delete(ctx, js, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+			updateTrainJob(t, got, addLabel("poke", "1"))
+			assertNever(t, func() bool {
+				return !apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(js), &jobsetv1alpha2.JobSet{}))
+			}, "the JobSet of a finished TrainJob was recreated")
+		})
+	}
+}
+
+// updateTrainJob changes a TrainJob as a client would: on the latest version, again on conflict.
+func updateTrainJob(t *testing.T, tj *trainer.TrainJob, change func(*trainer.TrainJob)) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &trainer.TrainJob{}
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got))
+		change(got)
+		require.NoError(c, k8sClient.Update(context.Background(), got))
+	}, timeout, interval)
+}
+
+// addLabel adds a spec label, which bumps the TrainJob's generation and so queues it again.
+func addLabel(key, value string) func(*trainer.TrainJob) {
+	return func(tj *trainer.TrainJob) {
+		if tj.Spec.Labels == nil {
+			tj.Spec.Labels = map[string]string{}
+		}
+		tj.Spec.Labels[key] = value
+	}
+}
+
+// assertNever checks for two seconds that something does not happen.
+func assertNever(t *testing.T, happened func() bool, msg string) {
+	t.Helper()
+	assert.Never(t, happened, 2*time.Second, 100*time.Millisecond, msg)
+}
+
+func TestSuspendEditResume(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
+	})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason)
+	})
+
+	// While suspended, Kueue adds a node selector and more nodes; they reach the JobSet.
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
+		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{NodeSelector: map[string]string{"flavor": "a100"}}}
+		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)}
+	})
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		spec := js.Spec.ReplicatedJobs[0].Template.Spec
+		assert.Equal(c, map[string]string{"flavor": "a100"}, spec.Template.Spec.NodeSelector)
+		assert.Equal(c, ptr.To[int32](4), spec.Parallelism)
+		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
+	})
+
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
+		assert.Equal(c, map[string]string{"flavor": "a100"}, js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.NodeSelector)
+	})
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason)
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		reasons := eventReasons(t, got)
+		assert.Contains(c, reasons, "Normal/Suspended")
+		assert.Contains(c, reasons, "Normal/Resumed")
+	}, timeout, interval)
+}
+
+func TestSuspendingARunningTrainJobSuspendsItsJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("running", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
+	})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason)
+		assert.Equal(c, trainer.TrainJobSuspended, tj.Status.Conditions[0].Type, "STATE shows Suspended")
+	})
+}
+
+func TestRunningJobSetIsNotRewritten(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("steady", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	generation := js.Generation
+
+	// The platform engineer changes the runtime, and the TrainJob gets an edit.
+	rt := &trainer.ClusterTrainingRuntime{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Name: runtime}, rt))
+	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image = "new-image"
+	require.NoError(t, k8sClient.Update(ctx, rt))
+	updateTrainJob(t, tj, addLabel("edited", "yes"))
+	// JobSet progress queues the TrainJob too.
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Active: 1}}})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, []trainer.JobStatus{{Name: "node", Active: 1}}, tj.Status.JobsStatus)
+	})
+
+	after := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(js), after))
+	assert.Equal(t, generation, after.Generation, "the running JobSet's spec was rewritten")
+	assert.Equal(t, "busybox", after.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image)
+	assert.NotContains(t, after.Labels, "edited")
+}
+
+func TestMultiKueueTrainJobsAreLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("remote", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).
+		ManagedBy(trainer.MultiKueueControllerName).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	// A TrainJob created after it is handled, so the controllers have seen both.
+	local := utiltesting.MakeTrainJob("local", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, local))
+	waitForJobSet(t, local, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	assertNever(t, func() bool {
+		got := &trainer.TrainJob{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), got))
+		return len(got.Status.Conditions) > 0 ||
+			!apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}))
+	}, "a MultiKueue TrainJob got a JobSet or a status")
+}
+
+func TestMissingRuntimeFailsTheTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cases := map[string]*trainer.TrainJob{
+		"no such ClusterTrainingRuntime": utiltesting.MakeTrainJob("cluster", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "nowhere").Obj(),
+		"no such TrainingRuntime":        utiltesting.MakeTrainJob("local", ns).RuntimeRef(trainer.TrainingRuntimeKind, "nowhere").Obj(),
+	}
+	// A TrainingRuntime of another namespace is not the TrainJob's.
+	other := newNamespace(t)
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("elsewhere", other, utiltesting.MakeRuntimeSpec().Obj())))
+	cases["a TrainingRuntime in another namespace"] = utiltesting.MakeTrainJob("other", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elsewhere").Obj()
+
+	for name, tj := range cases {
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, k8sClient.Create(ctx, tj))
+			got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+				conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobRuntimeNotFoundReason)
+			})
+			kind, name := *tj.Spec.RuntimeRef.Kind, tj.Spec.RuntimeRef.Name
+			assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, kind+` "`+name+`": not found`)
+			assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})))
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				assert.Contains(c, eventReasons(t, got), "Warning/"+trainer.TrainJobRuntimeNotFoundReason)
+			}, timeout, interval)
+		})
+	}
+}
+
+func TestRuntimeCreatedJustAfterTheTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj := utiltesting.MakeTrainJob("early", ns).RuntimeRef(trainer.TrainingRuntimeKind, "late").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	time.Sleep(runtimeGracePeriod / 4)
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("late", ns, utiltesting.MakeRuntimeSpec().Obj())))
+
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed))
+}
+
+func TestBuildFailureIsReportedAndRecoversWhenTheRuntimeIsFixed(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	broken := utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node")).Obj()
+	rt := utiltesting.TrainingRuntime("broken", ns, broken)
+	require.NoError(t, k8sClient.Create(ctx, rt))
+	tj := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "broken").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
+		`TrainingRuntime "broken" has no replicated job whose pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, got), "Warning/"+trainer.TrainJobJobsBuildFailedReason)
+	}, timeout, interval)
+
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(rt), rt))
+	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels = map[string]string{trainer.AncestorStepLabel: trainer.AncestorTrainer}
+	require.NoError(t, k8sClient.Update(ctx, rt))
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+}
+
+func TestAJobSetOfTheSameNameThatIsNotOursIsNotTaken(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	squatter := &jobsetv1alpha2.JobSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: ns},
+		Spec:       jobsetv1alpha2.JobSetSpec{ReplicatedJobs: utiltesting.MakeRuntimeSpec().Obj().Template.Spec.ReplicatedJobs},
+	}
+	require.NoError(t, k8sClient.Create(ctx, squatter))
+	tj := utiltesting.MakeTrainJob("taken", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "does not belong to this TrainJob")
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), squatter))
+	assert.Empty(t, squatter.OwnerReferences)
+}
+
+func TestDeletingTheTrainJobDeletesItsJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("doomed", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	require.NoError(t, k8sClient.Delete(ctx, tj))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}))
+	}, timeout, interval, "the garbage collector did not delete the JobSet")
+}
