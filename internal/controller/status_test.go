@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+func cond(condType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	return metav1.Condition{Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: 3}
+}
+
+var ignoreTime = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
+
+func TestStatus(t *testing.T) {
+	created := cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet created")
+	cases := map[string]struct {
+		suspend bool
+		before  []metav1.Condition
+		jobSet  *jobsetv1alpha2.JobSetStatus
+		want    trainer.TrainJobStatus
+	}{
+		"a running TrainJob that was never suspended has no Suspended condition": {
+			before: []metav1.Condition{created},
+			jobSet: &jobsetv1alpha2.JobSetStatus{},
+			want:   trainer.TrainJobStatus{Conditions: []metav1.Condition{created}},
+		},
+		"a suspended TrainJob is Suspended, ahead of Created": {
+			suspend: true,
+			before:  []metav1.Condition{created},
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended"),
+				created,
+			}},
+		},
+		"a suspended TrainJob that runs again is Resumed": {
+			before: []metav1.Condition{
+				cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended"),
+				created,
+			},
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed"),
+				created,
+			}},
+		},
+		"replicated job counts are mirrored": {
+			before: []metav1.Condition{created},
+			jobSet: &jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{
+				{Name: "initializer", Succeeded: 1},
+				{Name: "node", Ready: 2, Active: 3, Failed: 1, Suspended: 4},
+			}},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{created},
+				JobsStatus: []trainer.JobStatus{
+					{Name: "initializer", Succeeded: 1},
+					{Name: "node", Ready: 2, Active: 3, Failed: 1, Suspended: 4},
+				},
+			},
+		},
+		"a completed JobSet completes the TrainJob with its reason and message, first in the list": {
+			before: []metav1.Condition{created},
+			jobSet: &jobsetv1alpha2.JobSetStatus{
+				TerminalState: "Completed",
+				Conditions: []metav1.Condition{
+					{Type: "StartupPolicyCompleted", Status: metav1.ConditionTrue, Reason: "Started"},
+					{Type: "Completed", Status: metav1.ConditionTrue, Reason: "AllJobsCompleted", Message: "jobset completed successfully"},
+				},
+			},
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully"),
+				created,
+			}},
+		},
+		"a failed JobSet fails the TrainJob with its reason and message": {
+			before: []metav1.Condition{created},
+			jobSet: &jobsetv1alpha2.JobSetStatus{
+				TerminalState: "Failed",
+				Conditions: []metav1.Condition{
+					{Type: "Failed", Status: metav1.ConditionTrue, Reason: "ReachedMaxRestarts", Message: "jobset failed due to reaching max number of restarts"},
+				},
+			},
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobFailed, metav1.ConditionTrue, "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts"),
+				created,
+			}},
+		},
+		"a terminal state without its condition still finishes the TrainJob": {
+			before: []metav1.Condition{created},
+			jobSet: &jobsetv1alpha2.JobSetStatus{TerminalState: "Failed"},
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobFailed, metav1.ConditionTrue, "JobSetFailed", "JobSet is Failed"),
+				created,
+			}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tj := utiltesting.MakeTrainJob("tj", "ns").Suspend(tc.suspend).Obj()
+			tj.Generation = 3
+			tj.Status.Conditions = tc.before
+			setSuspended(tj)
+			if tc.jobSet != nil {
+				setJobSetStatus(tj, tc.jobSet)
+			}
+			if diff := cmp.Diff(tc.want, tj.Status, ignoreTime); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetConditionTruncatesLongMessages(t *testing.T) {
+	tj := utiltesting.MakeTrainJob("tj", "ns").Obj()
+	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, strings.Repeat("x", 40000))
+	msg := tj.Status.Conditions[0].Message
+	if len(msg) != maxMessageLength || !strings.HasSuffix(msg, "...") {
+		t.Errorf("message of %d bytes ending %q, want %d bytes ending in ...", len(msg), msg[len(msg)-5:], maxMessageLength)
+	}
+}
+
+func TestRecordTransitions(t *testing.T) {
+	buildFailed := cond(trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, "no trainer job")
+	created := cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet created")
+	cases := map[string]struct {
+		before, after []metav1.Condition
+		want          []string
+	}{
+		"creation is a normal event": {
+			after: []metav1.Condition{created},
+			want:  []string{"Normal JobsCreated JobSet created"},
+		},
+		"a build failure is a warning": {
+			after: []metav1.Condition{buildFailed},
+			want:  []string{"Warning JobsBuildFailed no trainer job"},
+		},
+		"an unchanged condition is not repeated": {
+			before: []metav1.Condition{created},
+			after:  []metav1.Condition{created},
+		},
+		"a build failure with a new message is reported again": {
+			before: []metav1.Condition{buildFailed},
+			after:  []metav1.Condition{cond(trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, "unknown target job")},
+			want:   []string{"Warning JobsBuildFailed unknown target job"},
+		},
+		"completion is normal and failure a warning": {
+			before: []metav1.Condition{created},
+			after: []metav1.Condition{
+				cond(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "done"),
+				cond(trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs", "broken"),
+				created,
+			},
+			want: []string{"Normal AllJobsCompleted done", "Warning FailedJobs broken"},
+		},
+		"suspension and resumption are normal events": {
+			before: []metav1.Condition{cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "suspended")},
+			after:  []metav1.Condition{cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "resumed")},
+			want:   []string{"Normal Resumed resumed"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			recorder := events.NewFakeRecorder(10)
+			tj := utiltesting.MakeTrainJob("tj", "ns").Obj()
+			tj.Status.Conditions = tc.after
+			recordTransitions(recorder, tj, tc.before)
+			close(recorder.Events)
+			var got []string
+			for e := range recorder.Events {
+				got = append(got, e)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
