@@ -20,6 +20,10 @@ const (
 
 	// FrameworkLabel on a shipped runtime names its framework; the Kubeflow SDK lists runtimes by it.
 	FrameworkLabel = "trainer.kubeflow.org/framework"
+
+	// TrainJobNameLabel on a child the operator creates beside the JobSet (MPI's Secret and
+	// ConfigMap, a PodGroup) names its TrainJob.
+	TrainJobNameLabel = "trainer.kubeflow.org/trainjob-name"
 )
 
 // Values of AncestorStepLabel.

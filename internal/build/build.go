@@ -4,9 +4,9 @@
 //	(TrainJob, runtime, framework) -> JobSet apply configuration
 //
 // The steps run in this order, each in its own file: start from the runtime's JobSet template;
-// apply spec.trainer to the trainer job; apply the initializers; apply the framework's policy;
-// apply spec.podSpecOverrides; merge the TrainJob's labels and annotations; set the name,
-// namespace, suspension and owner.
+// apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
+// apply the initializers; apply the framework's policy; apply spec.podSpecOverrides; merge the
+// TrainJob's labels and annotations; set the name, namespace, suspension and owner.
 package build
 
 import (
@@ -14,7 +14,9 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetac "sigs.k8s.io/jobset/client-go/applyconfiguration/jobset/v1alpha2"
 
@@ -23,9 +25,18 @@ import (
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
-// JobSet builds the JobSet of a TrainJob from its runtime, with fw's policy applied. The error
+// Children are what a TrainJob runs as.
+type Children struct {
+	JobSet *jobsetac.JobSetApplyConfiguration
+	// Apply are written with server-side apply before the JobSet.
+	Apply []runtime.ApplyConfiguration
+	// Create are created once, before the JobSet is first created, and never written again.
+	Create []client.Object
+}
+
+// Build builds the children of a TrainJob from its runtime, with fw's policy applied. The error
 // says what in the TrainJob or runtime is wrong, for the TrainJob's Created condition.
-func JobSet(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) (*jobsetac.JobSetApplyConfiguration, error) {
+func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) (*Children, error) {
 	// The steps copy values out of the TrainJob into the JobSet: never share them.
 	tj = tj.DeepCopy()
 	b := &framework.Build{
@@ -45,6 +56,7 @@ func JobSet(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Fram
 
 	steps := []func(*framework.Build) error{
 		applyTrainer,
+		func(b *framework.Build) error { return checkReservedEnv(b, fw) },
 		applyInitializers,
 		fw.Apply,
 		applyPodSpecOverrides,
@@ -55,7 +67,11 @@ func JobSet(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Fram
 			return nil, err
 		}
 	}
-	return toApplyConfiguration(tj, b.JobSet)
+	js, err := toApplyConfiguration(tj, b.JobSet)
+	if err != nil {
+		return nil, err
+	}
+	return &Children{JobSet: js, Apply: b.Apply, Create: b.Create}, nil
 }
 
 // numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else 1.
@@ -82,7 +98,7 @@ func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*job
 	ac := jobsetac.JobSet(tj.Name, tj.Namespace).
 		WithLabels(js.Labels).
 		WithAnnotations(js.Annotations).
-		WithOwnerReferences(OwnerReference(tj))
+		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj))
 	ac.Spec = &jobsetac.JobSetSpecApplyConfiguration{}
 	if err := json.Unmarshal(spec, ac.Spec); err != nil {
 		return nil, fmt.Errorf("decoding JobSet spec: %w", err)

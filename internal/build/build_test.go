@@ -17,6 +17,7 @@ import (
 	"github.com/trainjob/operator/internal/framework/plain"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
+	"github.com/trainjob/operator/internal/upsert"
 )
 
 // A runtime with a dataset initializer, a model initializer and a trainer job whose pod also runs
@@ -38,12 +39,13 @@ type stubFramework struct{ err error }
 
 func (stubFramework) Name() string                   { return "stub" }
 func (stubFramework) Selects(*trainer.MLPolicy) bool { return true }
+func (stubFramework) ReservedEnv() []string          { return []string{"FRAMEWORK_VAR"} }
 func (f stubFramework) Apply(b *framework.Build) error {
 	if f.err != nil {
 		return f.err
 	}
 	c := b.TrainerContainer()
-	c.Env = upsert(c.Env, envName, corev1.EnvVar{Name: "FRAMEWORK_VAR", Value: "framework"})
+	c.Env = upsert.Env(c.Env, corev1.EnvVar{Name: "FRAMEWORK_VAR", Value: "framework"})
 	return nil
 }
 
@@ -291,28 +293,56 @@ func TestJobSet(t *testing.T) {
 			}).Obj(),
 			wantErr: `spec.podSpecOverrides[0].initContainers[0].name: no container "fetch" in replicated job "dataset-initializer"`,
 		},
-		"override env wins over the trainer's and the framework's": {
+		"override env wins over the trainer's": {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},
 			trainJob: tj().Trainer(&trainer.Trainer{Env: env("A", "trainer")}).PodSpecOverrides(trainer.PodSpecOverride{
-				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("A", "override", "FRAMEWORK_VAR", "override")}},
+				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("A", "override")}},
 				TargetJobs: []string{"node"},
 			}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).Container("node", "node", func(c *corev1.Container) {
-					c.Env = env("A", "override", "B", "runtime", "FRAMEWORK_VAR", "override")
+					c.Env = env("A", "override", "B", "runtime", "FRAMEWORK_VAR", "framework")
 				}).Obj()
 			},
 		},
-		"the framework's env wins over the trainer's": {
+		"a TrainJob that sets the framework's env var cannot be built": {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},
-			trainJob:  tj().Trainer(&trainer.Trainer{Env: env("FRAMEWORK_VAR", "trainer")}).Obj(),
+			trainJob:  tj().Trainer(&trainer.Trainer{Env: env("EPOCHS", "3", "FRAMEWORK_VAR", "mine")}).Obj(),
+			wantErr:   "spec.trainer.env[1].name: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
+		},
+		"an override that sets the framework's env var on the trainer container cannot be built": {
+			runtime:   fullRuntime().Obj(),
+			framework: stubFramework{},
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
+				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("A", "x", "FRAMEWORK_VAR", "mine")}},
+			}).Obj(),
+			wantErr: "spec.podSpecOverrides[0].containers[0].env[1].name: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
+		},
+		"an override may set the framework's env var name on a sidecar": {
+			runtime:   fullRuntime().Obj(),
+			framework: stubFramework{},
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
+				TargetJobs: []string{"node"},
+				Containers: []trainer.ContainerOverride{{Name: "sidecar", Env: env("FRAMEWORK_VAR", "proxy")}},
+			}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
-				return utiltesting.MakeJobSet(tj, rt).Container("node", "node", func(c *corev1.Container) {
-					c.Env = append(c.Env, env("FRAMEWORK_VAR", "framework")...)
-				}).Obj()
+				return utiltesting.MakeJobSet(tj, rt).
+					Container("node", "node", func(c *corev1.Container) { c.Env = append(c.Env, env("FRAMEWORK_VAR", "framework")...) }).
+					Container("node", "sidecar", func(c *corev1.Container) { c.Env = env("FRAMEWORK_VAR", "proxy") }).Obj()
 			},
+		},
+		"a runtime that sets the framework's env var cannot be built": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := fullRuntime().Obj()
+				c := &rt.Template.Spec.ReplicatedJobs[2].Template.Spec.Template.Spec.Containers[0]
+				c.Env = append(c.Env, env("FRAMEWORK_VAR", "runtime")...)
+				return rt
+			}(),
+			framework: stubFramework{},
+			trainJob:  tj().Obj(),
+			wantErr:   `TrainingRuntime "rt": container "node" of replicated job "node": FRAMEWORK_VAR is set by the stub framework and may not be set by hand`,
 		},
 		"a framework that fails fails the build": {
 			runtime:   fullRuntime().Obj(),
@@ -508,13 +538,13 @@ func TestJobSet(t *testing.T) {
 			}
 			runtimeBefore, trainJobBefore := tc.runtime.DeepCopy(), tc.trainJob.DeepCopy()
 
-			ac, err := JobSet(tc.trainJob, rt, fw)
+			children, err := Build(tc.trainJob, rt, fw)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			if diff := cmp.Diff(tc.want(trainJobBefore, *runtimeBefore), fromApplyConfiguration(t, ac)); diff != "" {
+			if diff := cmp.Diff(tc.want(trainJobBefore, *runtimeBefore), fromApplyConfiguration(t, children.JobSet)); diff != "" {
 				t.Errorf("JobSet (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(runtimeBefore, &tc.runtime); diff != "" {

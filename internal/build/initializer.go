@@ -7,6 +7,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/upsert"
 )
 
 // StorageURIEnv carries an initializer's spec.initializer.*.storageUri into its container.
@@ -50,24 +51,13 @@ func applyInitializers(b *framework.Build) error {
 			}
 			c := &containers[i]
 			if in.storageURI != nil {
-				c.Env = upsert(c.Env, envName, corev1.EnvVar{Name: StorageURIEnv, Value: *in.storageURI})
+				c.Env = upsert.Env(c.Env, corev1.EnvVar{Name: StorageURIEnv, Value: *in.storageURI})
 			}
-			c.Env = upsert(c.Env, envName, in.env...)
+			c.Env = upsert.Env(c.Env, in.env...)
 			if in.secretRef != nil {
-				c.EnvFrom = upsert(c.EnvFrom, envFromSource, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *in.secretRef}})
+				c.EnvFrom = upsert.ByKey(c.EnvFrom, upsert.EnvFromSource, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: *in.secretRef}})
 			}
 		}
 	}
 	return nil
-}
-
-// envFromSource keys envFrom entries by the object they read, so a Secret is listed once.
-func envFromSource(e corev1.EnvFromSource) string {
-	switch {
-	case e.SecretRef != nil:
-		return "Secret/" + e.SecretRef.Name
-	case e.ConfigMapRef != nil:
-		return "ConfigMap/" + e.ConfigMapRef.Name
-	}
-	return ""
 }

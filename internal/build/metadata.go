@@ -3,9 +3,6 @@ package build
 import (
 	"maps"
 
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-
-	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
 )
 
@@ -40,16 +37,4 @@ func merged(dst, src map[string]string) map[string]string {
 	}
 	maps.Copy(dst, src)
 	return dst
-}
-
-// OwnerReference makes the TrainJob the controller owner of a child, so that the child is
-// garbage-collected with it and its events reach the TrainJob's controller.
-func OwnerReference(tj *trainer.TrainJob) *metav1ac.OwnerReferenceApplyConfiguration {
-	return metav1ac.OwnerReference().
-		WithAPIVersion(trainer.GroupVersion.String()).
-		WithKind("TrainJob").
-		WithName(tj.Name).
-		WithUID(tj.UID).
-		WithController(true).
-		WithBlockOwnerDeletion(true)
 }

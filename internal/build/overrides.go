@@ -10,6 +10,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/upsert"
 )
 
 // applyPodSpecOverrides applies spec.podSpecOverrides in order to the pod templates of their
@@ -51,9 +52,9 @@ func overridePodSpec(spec *corev1.PodSpec, o *trainer.PodSpecOverride, i int) er
 		spec.Affinity = o.Affinity
 	}
 	spec.Tolerations = append(spec.Tolerations, o.Tolerations...)
-	spec.Volumes = upsert(spec.Volumes, volumeName, o.Volumes...)
-	spec.SchedulingGates = upsert(spec.SchedulingGates, gateName, o.SchedulingGates...)
-	spec.ImagePullSecrets = upsert(spec.ImagePullSecrets, secretName, o.ImagePullSecrets...)
+	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, o.Volumes...)
+	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, o.SchedulingGates...)
+	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, o.ImagePullSecrets...)
 	if err := overrideContainers(spec.InitContainers, o.InitContainers, fmt.Sprintf("spec.podSpecOverrides[%d].initContainers", i)); err != nil {
 		return err
 	}
@@ -66,8 +67,8 @@ func overrideContainers(containers []corev1.Container, overrides []trainer.Conta
 		if c < 0 {
 			return fmt.Errorf("%s[%d].name: no container %q", path, i, o.Name)
 		}
-		containers[c].Env = upsert(containers[c].Env, envName, o.Env...)
-		containers[c].VolumeMounts = upsert(containers[c].VolumeMounts, mountPath, o.VolumeMounts...)
+		containers[c].Env = upsert.Env(containers[c].Env, o.Env...)
+		containers[c].VolumeMounts = upsert.ByKey(containers[c].VolumeMounts, upsert.MountPath, o.VolumeMounts...)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/upsert"
 )
 
 // Names the trainer container may have, in order of preference: "node" (KEP-2598), then
@@ -58,7 +59,7 @@ func applyTrainer(b *framework.Build) error {
 	if t.Args != nil {
 		c.Args = t.Args
 	}
-	c.Env = upsert(c.Env, envName, t.Env...)
+	c.Env = upsert.Env(c.Env, t.Env...)
 	if t.ResourcesPerNode != nil {
 		c.Resources = *t.ResourcesPerNode.DeepCopy()
 	}

@@ -114,15 +114,14 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	suspend := ptr.Deref(tj.Spec.Suspend, false)
 	switch {
 	case js == nil || ptr.Deref(js.Spec.Suspend, false):
-		ac, err := build.JobSet(tj, rt, r.framework)
+		children, err := build.Build(tj, rt, r.framework)
 		if err != nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 			return ctrl.Result{}, nil
 		}
-		if err := r.client.Apply(ctx, ac, client.FieldOwner(fieldManager(r.framework)), client.ForceOwnership); err != nil {
-			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
-				fmt.Sprintf("Applying JobSet %q: %v", tj.Name, err))
-			return ctrl.Result{}, fmt.Errorf("applying JobSet for %s: %w", klog.KObj(tj), err)
+		if err := r.write(ctx, children, js == nil); err != nil {
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
+			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
 		log.V(2).Info("Applied JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
 	case suspend:
@@ -142,6 +141,28 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		setJobSetStatus(tj, &js.Status)
 	}
 	return ctrl.Result{}, nil
+}
+
+// write writes the children, the JobSet last, so that its pods find what they mount. Children
+// that are created once are created only with the JobSet, never again.
+func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children, firstTime bool) error {
+	if firstTime {
+		for _, obj := range children.Create {
+			if err := r.client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
+			}
+		}
+	}
+	owner := client.FieldOwner(fieldManager(r.framework))
+	for _, ac := range children.Apply {
+		if err := r.client.Apply(ctx, ac, owner, client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %T: %w", ac, err)
+		}
+	}
+	if err := r.client.Apply(ctx, children.JobSet, owner, client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying JobSet %q: %w", *children.JobSet.Name, err)
+	}
+	return nil
 }
 
 // managed reports whether this operator reconciles the TrainJob, rather than e.g. MultiKueue.

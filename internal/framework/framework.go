@@ -5,6 +5,8 @@ package framework
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -20,9 +22,13 @@ type Framework interface {
 	// The policy is nil for runtimes without one and for TrainJobs whose runtime is missing.
 	Selects(*trainer.MLPolicy) bool
 
-	// Apply adds the framework's settings (environment, ports, node counts) to the JobSet being
-	// built. It runs after the trainer and initializer values are applied, and before the
-	// TrainJob's podSpecOverrides.
+	// ReservedEnv names the env vars the framework sets in the trainer container. A TrainJob or
+	// runtime that sets one of them by hand cannot be built.
+	ReservedEnv() []string
+
+	// Apply adds the framework's settings (environment, ports, node counts, children beside the
+	// JobSet) to the JobSet being built. It runs after the trainer and initializer values are
+	// applied, and before the TrainJob's podSpecOverrides.
 	Apply(*Build) error
 }
 
@@ -49,6 +55,14 @@ type Build struct {
 	// runtime's mlPolicy.numNodes, else 1. The trainer job's parallelism and completions are set
 	// to it before Apply runs.
 	NumNodes int32
+
+	// Apply are children written with server-side apply before the JobSet, such as MPI's
+	// hostfile ConfigMap.
+	Apply []runtime.ApplyConfiguration
+
+	// Create are children created once, before the JobSet is first created, and never written
+	// or read again, such as MPI's SSH key Secret.
+	Create []client.Object
 
 	trainerJob, trainerContainer int
 }

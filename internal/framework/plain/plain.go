@@ -23,5 +23,8 @@ func (plain) Selects(p *trainer.MLPolicy) bool {
 	return p == nil || p.MLPolicySource == (trainer.MLPolicySource{})
 }
 
+// ReservedEnv is empty: plain sets no env vars.
+func (plain) ReservedEnv() []string { return nil }
+
 // Apply adds nothing: a plain runtime gets no distributed settings.
 func (plain) Apply(*framework.Build) error { return nil }

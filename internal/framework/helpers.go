@@ -1,0 +1,111 @@
+package framework
+
+import (
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/upsert"
+)
+
+// completionIndexAnnotation holds a pod's index in an Indexed Job: its rank.
+const completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
+
+// PodAddress is the DNS name of a pod of the JobSet, through the JobSet's headless Service:
+// <tj>-<replicatedJob>-<jobIndex>-<podIndex>.<tj>.
+func (b *Build) PodAddress(job string, jobIndex, podIndex int) string {
+	name := b.TrainJob.Name
+	return fmt.Sprintf("%s-%s-%d-%d.%s", name, job, jobIndex, podIndex, name)
+}
+
+// SetEnv puts env vars into the trainer container, replacing vars of the same names.
+func (b *Build) SetEnv(vars ...corev1.EnvVar) {
+	c := b.TrainerContainer()
+	c.Env = upsert.Env(c.Env, vars...)
+}
+
+// SetRankEnv makes the trainer job Indexed and sets an env var of the trainer container to each
+// pod's index in it, 0 to numNodes-1.
+func (b *Build) SetRankEnv(name string) {
+	b.TrainerJob().Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+	b.SetEnv(corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", completionIndexAnnotation)},
+	}})
+}
+
+// SetPort puts a named TCP port into the trainer container's ports.
+func (b *Build) SetPort(name string, port int32) {
+	c := b.TrainerContainer()
+	c.Ports = upsert.ByKey(c.Ports, upsert.PortName, corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP})
+}
+
+// SetNodes sets the number of pods of the trainer job.
+func (b *Build) SetNodes(n int32) {
+	spec := &b.TrainerJob().Template.Spec
+	spec.Parallelism, spec.Completions = ptr.To(n), ptr.To(n)
+}
+
+// GPUs is the number of GPUs a container has: the sum of its limits (else requests) of every
+// resource whose name ends in "gpu", such as nvidia.com/gpu or amd.com/gpu.
+func GPUs(c *corev1.Container) int64 {
+	resources := c.Resources.Limits
+	if len(resources) == 0 {
+		resources = c.Resources.Requests
+	}
+	var n int64
+	for name, q := range resources {
+		if strings.HasSuffix(string(name), "gpu") {
+			n += q.Value()
+		}
+	}
+	return n
+}
+
+// CPUs is a container's CPU limit, else its request, rounded down and at least 1.
+func CPUs(c *corev1.Container) int64 {
+	q, ok := c.Resources.Limits[corev1.ResourceCPU]
+	if !ok {
+		q, ok = c.Resources.Requests[corev1.ResourceCPU]
+	}
+	if !ok {
+		return 1
+	}
+	return max(1, q.MilliValue()/1000)
+}
+
+// Labels are the labels of every child the operator creates beside the JobSet. The operator's
+// cache selects ConfigMaps and PodGroups by them, so it never holds other objects of those kinds.
+func (b *Build) Labels() map[string]string {
+	return map[string]string{trainer.TrainJobNameLabel: b.TrainJob.Name}
+}
+
+// OwnerReference makes the TrainJob the controller owner of a child, so that the child is
+// garbage-collected with it and its events reach the TrainJob's controller.
+func OwnerReference(tj *trainer.TrainJob) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         trainer.GroupVersion.String(),
+		Kind:               "TrainJob",
+		Name:               tj.Name,
+		UID:                tj.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// OwnerReferenceApplyConfiguration is OwnerReference for apply configurations.
+func OwnerReferenceApplyConfiguration(tj *trainer.TrainJob) *metav1ac.OwnerReferenceApplyConfiguration {
+	ref := OwnerReference(tj)
+	return metav1ac.OwnerReference().
+		WithAPIVersion(ref.APIVersion).
+		WithKind(ref.Kind).
+		WithName(ref.Name).
+		WithUID(ref.UID).
+		WithController(*ref.Controller).
+		WithBlockOwnerDeletion(*ref.BlockOwnerDeletion)
+}

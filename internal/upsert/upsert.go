@@ -1,0 +1,51 @@
+// Package upsert puts entries into Kubernetes lists keyed by name (env vars, volumes, ports...),
+// replacing an entry with the same key whole.
+//
+// Whole replacement is the rule wherever a TrainJob or a framework changes a runtime's list: an
+// env var from the TrainJob replaces the runtime's var of that name, value and valueFrom alike.
+// Strategic merge patch would merge the two entries field by field and leave a var with both a
+// value and a valueFrom, or a volume with two sources; its $patch: replace directive on an entry
+// replaces the whole list instead.
+package upsert
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ByKey puts each item into list, replacing the entry with the same key or appending a new one,
+// and returns the list.
+func ByKey[T any](list []T, key func(T) string, items ...T) []T {
+	for _, item := range items {
+		if i := slices.IndexFunc(list, func(e T) bool { return key(e) == key(item) }); i >= 0 {
+			list[i] = item
+		} else {
+			list = append(list, item)
+		}
+	}
+	return list
+}
+
+// Env puts env vars into a list by name.
+func Env(list []corev1.EnvVar, vars ...corev1.EnvVar) []corev1.EnvVar {
+	return ByKey(list, func(e corev1.EnvVar) string { return e.Name }, vars...)
+}
+
+// Key functions for the lists the operator changes.
+func VolumeName(v corev1.Volume) string                  { return v.Name }
+func MountPath(m corev1.VolumeMount) string              { return m.MountPath }
+func GateName(g corev1.PodSchedulingGate) string         { return g.Name }
+func ReferenceName(r corev1.LocalObjectReference) string { return r.Name }
+func PortName(p corev1.ContainerPort) string             { return p.Name }
+
+// EnvFromSource keys envFrom entries by the object they read, so that a Secret is listed once.
+func EnvFromSource(e corev1.EnvFromSource) string {
+	switch {
+	case e.SecretRef != nil:
+		return "Secret/" + e.SecretRef.Name
+	case e.ConfigMapRef != nil:
+		return "ConfigMap/" + e.ConfigMapRef.Name
+	}
+	return ""
+}
