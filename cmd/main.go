@@ -95,6 +95,7 @@ func main() {
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
+		Cache:                   controller.CacheOptions(),
 		Metrics:                 metricsOpts,
 		WebhookServer:           webhook.NewServer(webhook.Options{TLSOpts: tlsOpts, CertDir: webhookCertPath}),
 		HealthProbeBindAddress:  probeAddr,

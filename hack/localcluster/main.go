@@ -1,9 +1,10 @@
 // Command localcluster starts a local control plane (etcd and kube-apiserver from bin/, on
 // loopback, state in a temporary folder), installs the operator's CRDs and the JobSet and PodGroup
-// CRDs, writes a kubeconfig, and runs the command after "--" (the manager) against it in the
-// foreground. Ctrl-C stops the command, then the control plane, and removes the state.
+// CRDs and the kustomizations given with -install, writes a kubeconfig, and runs the command after
+// "--" (the manager) against it in the foreground. Ctrl-C stops the command, then the control
+// plane, and removes the state.
 //
-//	go run ./hack/localcluster -assets bin -- bin/manager [manager flags]
+//	go run ./hack/localcluster -assets bin -install config/runtimes -- bin/manager [manager flags]
 package main
 
 import (
@@ -15,8 +16,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -30,6 +35,11 @@ func main() {
 
 func run() error {
 	assets := flag.String("assets", "", "Folder with the etcd, kube-apiserver and kubectl binaries.")
+	var install []string
+	flag.Func("install", "A kustomization folder to apply once the control plane is up; repeatable.", func(dir string) error {
+		install = append(install, dir)
+		return nil
+	})
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-assets DIR] -- COMMAND [ARGS...]")
 		flag.PrintDefaults()
@@ -63,6 +73,10 @@ func run() error {
 		}
 	}()
 
+	if err := installAll(ctx, env.Config, install); err != nil {
+		return err
+	}
+
 	dir, err := os.MkdirTemp("", "trainjob-localcluster-")
 	if err != nil {
 		return err
@@ -77,16 +91,44 @@ func run() error {
 		kubectl = filepath.Join(*assets, "kubectl")
 	}
 	fmt.Printf(`
-Control plane ready at %s; CRDs installed.
+Control plane ready at %s; CRDs installed.%s
   kubeconfig: %s
 Try, in another terminal:
   export KUBECONFIG=%s
   %s get trainer
   %s explain trainjob.spec.trainer
 
-`, env.Config.Host, kubeconfig, kubeconfig, kubectl, kubectl)
+`, env.Config.Host, installed(install), kubeconfig, kubeconfig, kubectl, kubectl)
 
 	return runCommand(ctx, kubeconfig, flag.Args())
+}
+
+// installAll applies each kustomization with server-side apply.
+func installAll(ctx context.Context, cfg *rest.Config, dirs []string) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, dir := range dirs {
+		objs, err := testenv.Kustomize(dir)
+		if err != nil {
+			return err
+		}
+		if err := testenv.Apply(ctx, c, "localcluster", objs...); err != nil {
+			return fmt.Errorf("installing %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+func installed(dirs []string) string {
+	if len(dirs) == 0 {
+		return ""
+	}
+	return " Installed: " + strings.Join(dirs, ", ") + "."
 }
 
 // runCommand runs the command with --kubeconfig until it exits or ctx is cancelled, then stops it

@@ -1,7 +1,6 @@
 package build
 
 import (
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -544,7 +543,7 @@ func TestJobSet(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			if diff := cmp.Diff(tc.want(trainJobBefore, *runtimeBefore), fromApplyConfiguration(t, children.JobSet)); diff != "" {
+			if diff := cmp.Diff(tc.want(trainJobBefore, *runtimeBefore), utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)); diff != "" {
 				t.Errorf("JobSet (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(runtimeBefore, &tc.runtime); diff != "" {
@@ -555,15 +554,4 @@ func TestJobSet(t *testing.T) {
 			}
 		})
 	}
-}
-
-// fromApplyConfiguration reads an apply configuration back as the JobSet the API server would
-// store, so that expectations can be written as typed objects.
-func fromApplyConfiguration(t *testing.T, ac any) *jobsetv1alpha2.JobSet {
-	t.Helper()
-	data, err := json.Marshal(ac)
-	require.NoError(t, err)
-	js := &jobsetv1alpha2.JobSet{}
-	require.NoError(t, json.Unmarshal(data, js))
-	return js
 }

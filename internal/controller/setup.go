@@ -4,10 +4,14 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -17,7 +21,11 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/framework/jax"
+	"github.com/trainjob/operator/internal/framework/mpi"
 	"github.com/trainjob/operator/internal/framework/plain"
+	"github.com/trainjob/operator/internal/framework/torch"
+	"github.com/trainjob/operator/internal/framework/xgboost"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -26,7 +34,24 @@ import (
 func Frameworks() []framework.Framework {
 	return []framework.Framework{
 		plain.New(),
+		torch.New(),
+		mpi.New(),
+		xgboost.New(),
+		jax.New(),
 	}
+}
+
+// CacheOptions keep the manager's cache to what the controllers need: of the kinds that exist
+// in large numbers in a cluster and that the operator also creates, ConfigMaps, only those the
+// operator created, by their trainer.kubeflow.org/trainjob-name label.
+func CacheOptions() cache.Options {
+	ours := labels.SelectorFromSet(nil)
+	if req, err := labels.NewRequirement(trainer.TrainJobNameLabel, selection.Exists, nil); err == nil {
+		ours = ours.Add(*req)
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: ours},
+	}}
 }
 
 // Options tune the TrainJob controllers.
@@ -35,6 +60,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// RuntimeGracePeriod is how long a new TrainJob waits for a missing runtime before it fails.
 	RuntimeGracePeriod time.Duration
+	// SkipNameValidation lets a process register the controllers again, in a new manager: the
+	// tests restart the manager in-process.
+	SkipNameValidation bool
 }
 
 // runtimeRefIndex indexes TrainJobs by "<kind>/<name>" of their runtime, so that a runtime's
@@ -74,7 +102,10 @@ func (r *TrainJobReconciler) setup(mgr ctrl.Manager, opts Options) error {
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&trainer.TrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(r.runtimeUsers),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+			SkipNameValidation:      &opts.SkipNameValidation,
+		}).
 		Complete(r)
 }
 

@@ -1,38 +1,30 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainjob/operator/test/testenv"
 )
 
-// TestSamplesAreValid applies every object in config/samples, as a user would with
-// `kubectl apply --server-side`, and expects the API server to accept each one.
+// TestSamplesAreValid applies the shipped runtimes and every object in config/samples, as a user
+// would with `kubectl apply --server-side`, and expects the API server to accept each one.
 func TestSamplesAreValid(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "..", "config", "samples", "*.yaml"))
-	require.NoError(t, err)
 	ns := newNamespace(t)
 	kinds := map[string]bool{}
-	for _, file := range files {
-		if filepath.Base(file) == "kustomization.yaml" {
-			continue
-		}
-		for _, obj := range readObjects(t, file) {
-			t.Run(filepath.Base(file)+"/"+obj.GetName(), func(t *testing.T) {
+	for _, dir := range []string{"runtimes", "samples"} {
+		objs, err := testenv.Kustomize(filepath.Join("..", "..", "..", "config", dir))
+		require.NoError(t, err)
+		for _, obj := range objs {
+			t.Run(dir+"/"+obj.GetName(), func(t *testing.T) {
 				if obj.GetKind() != "ClusterTrainingRuntime" {
 					obj.SetNamespace(ns)
 				}
-				require.NoError(t, k8sClient.Patch(context.Background(), obj, client.Apply,
-					client.FieldOwner("samples-test"), client.ForceOwnership))
+				require.NoError(t, testenv.Apply(context.Background(), k8sClient, "samples-test", obj))
 				kinds[obj.GetKind()] = true
 			})
 		}
@@ -42,21 +34,17 @@ func TestSamplesAreValid(t *testing.T) {
 	}
 }
 
-func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
-	t.Helper()
-	data, err := os.ReadFile(file)
+// TestEverySampleIsListed keeps config/samples/kustomization.yaml complete: a sample file it does
+// not list would never be tested.
+func TestEverySampleIsListed(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "config", "samples")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	require.NoError(t, err)
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else {
-			require.NoError(t, err, file)
-		}
-		if len(obj.Object) > 0 {
-			objs = append(objs, obj)
+	listed, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	for _, f := range files {
+		if name := filepath.Base(f); name != "kustomization.yaml" {
+			require.Containsf(t, string(listed), "- "+name, "config/samples/kustomization.yaml does not list %s", name)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -34,8 +36,49 @@ const runtimeGracePeriod = 2 * time.Second
 
 var (
 	k8sClient client.Client
+	restCfg   *rest.Config
 	scheme    = runtime.NewScheme()
+	// stopManager stops the manager that runs now; restartManager replaces it.
+	stopManager func()
 )
+
+// startManager starts the operator's manager, with every TrainJob controller, and waits for its
+// cache. The returned function stops it and waits until it has stopped.
+func startManager() (func(), error) {
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:  scheme,
+		Cache:   controller.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := controller.Setup(ctx, mgr, controller.Frameworks(), controller.Options{
+		MaxConcurrentReconciles: 4,
+		RuntimeGracePeriod:      runtimeGracePeriod,
+		SkipNameValidation:      true,
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan error)
+	go func() { done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		return nil, fmt.Errorf("the manager's cache did not sync: %w", <-done)
+	}
+	return func() { cancel(); <-done }, nil
+}
+
+// restartManager stops the manager and starts a new one, as a rollout of the operator would.
+func restartManager(t *testing.T) {
+	t.Helper()
+	stopManager()
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+}
 
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -64,31 +107,23 @@ func run(m *testing.M) int {
 	}
 	defer stopGC()
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
-	if err != nil {
+	restCfg = cfg
+	if stopManager, err = startManager(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := controller.Setup(ctx, mgr, controller.Frameworks(), controller.Options{
-		MaxConcurrentReconciles: 4,
-		RuntimeGracePeriod:      runtimeGracePeriod,
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	done := make(chan error)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { stopManager() }()
 
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		fmt.Fprintln(os.Stderr, "cache did not sync")
+	objs, err := testenv.Kustomize(filepath.Join("..", "..", "..", "config", "runtimes"))
+	if err == nil {
+		c, _ := client.New(cfg, client.Options{Scheme: scheme})
+		err = testenv.Apply(context.Background(), c, "test", objs...)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "installing the shipped runtimes:", err)
 		return 1
 	}
+
 	// The tests read with an uncached client, so that they see the API server's truth.
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

@@ -1,0 +1,129 @@
+// Package torch runs TrainJobs with PyTorch's torchrun. torchrun reads its settings from PET_*
+// environment variables, so the operator sets them on every node and the runtime's command can
+// stay a plain `torchrun train.py`.
+package torch
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// Name of the framework and its controller.
+const Name = "torch"
+
+// Port is where the first node serves the rendezvous (static master or c10d store).
+const Port = 29400
+
+// The env vars torchrun reads, all set by the operator.
+const (
+	EnvNumNodes       = "PET_NNODES"
+	EnvNumProcPerNode = "PET_NPROC_PER_NODE"
+	EnvNodeRank       = "PET_NODE_RANK"
+	EnvMasterAddr     = "PET_MASTER_ADDR"
+	EnvMasterPort     = "PET_MASTER_PORT"
+	EnvRdzvBackend    = "PET_RDZV_BACKEND"
+	EnvRdzvEndpoint   = "PET_RDZV_ENDPOINT"
+	EnvRdzvID         = "PET_RDZV_ID"
+	EnvMaxRestarts    = "PET_MAX_RESTARTS"
+)
+
+type torch struct{}
+
+// New returns the torch framework.
+func New() framework.Framework { return torch{} }
+
+func (torch) Name() string { return Name }
+
+func (torch) Selects(p *trainer.MLPolicy) bool { return p != nil && p.Torch != nil }
+
+func (torch) ReservedEnv() []string {
+	return []string{EnvNumNodes, EnvNumProcPerNode, EnvNodeRank, EnvMasterAddr, EnvMasterPort,
+		EnvRdzvBackend, EnvRdzvEndpoint, EnvRdzvID, EnvMaxRestarts}
+}
+
+// Apply sets torchrun's environment on every node: a static rendezvous on the first node, or with
+// an elastic policy a c10d rendezvous between minNodes and maxNodes nodes.
+func (torch) Apply(b *framework.Build) error {
+	policy := b.MLPolicy().Torch
+	procs, err := numProcPerNode(b, policy)
+	if err != nil {
+		return err
+	}
+	master := b.PodAddress(b.TrainerJob().Name, 0, 0)
+	b.SetRankEnv(EnvNodeRank)
+	b.SetPort("torchrun", Port)
+	b.SetEnv(
+		corev1.EnvVar{Name: EnvNumNodes, Value: strconv.Itoa(int(b.NumNodes))},
+		corev1.EnvVar{Name: EnvNumProcPerNode, Value: procs},
+		corev1.EnvVar{Name: EnvMasterAddr, Value: master},
+		corev1.EnvVar{Name: EnvMasterPort, Value: strconv.Itoa(Port)},
+	)
+	if policy.ElasticPolicy != nil {
+		return applyElastic(b, policy.ElasticPolicy, master)
+	}
+	return nil
+}
+
+// applyElastic runs maxNodes pods that rendezvous through the c10d store on the first node, and
+// lets torchrun and the JobSet restart the training maxRestarts times.
+func applyElastic(b *framework.Build, elastic *trainer.TorchElasticPolicy, master string) error {
+	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
+		return fmt.Errorf("spec.trainer.numNodes cannot be set: %s is elastic, its torch.elasticPolicy sizes the job", b.Runtime)
+	}
+	minNodes := ptr.Deref(elastic.MinNodes, 1)
+	maxNodes := ptr.Deref(elastic.MaxNodes, minNodes)
+	b.SetNodes(maxNodes)
+	b.SetEnv(
+		corev1.EnvVar{Name: EnvNumNodes, Value: fmt.Sprintf("%d:%d", minNodes, maxNodes)},
+		corev1.EnvVar{Name: EnvRdzvBackend, Value: "c10d"},
+		corev1.EnvVar{Name: EnvRdzvEndpoint, Value: fmt.Sprintf("%s:%d", master, Port)},
+		corev1.EnvVar{Name: EnvRdzvID, Value: b.TrainJob.Name},
+	)
+	if elastic.MaxRestarts != nil {
+		b.SetEnv(corev1.EnvVar{Name: EnvMaxRestarts, Value: strconv.Itoa(int(*elastic.MaxRestarts))})
+		if b.JobSet.Spec.FailurePolicy == nil {
+			b.JobSet.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{}
+		}
+		b.JobSet.Spec.FailurePolicy.MaxRestarts = *elastic.MaxRestarts
+	}
+	return nil
+}
+
+// numProcPerNode resolves the processes per node to a number, so that the world size is fixed
+// when the pods start: the TrainJob's value, else the runtime's, else "auto". "gpu" is the
+// trainer container's GPU count, "cpu" its CPU limit (else request) rounded down and at least 1,
+// and "auto" is "gpu" when the container has GPUs, else "cpu".
+func numProcPerNode(b *framework.Build, policy *trainer.TorchMLPolicySource) (string, error) {
+	value := ptr.Deref(policy.NumProcPerNode, "auto")
+	field := "torch.numProcPerNode of " + b.Runtime.String()
+	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
+		value, field = *t.NumProcPerNode, "spec.trainer.numProcPerNode"
+	}
+	c := b.TrainerContainer()
+	gpus := framework.GPUs(c)
+	switch value {
+	case "auto":
+		if gpus > 0 {
+			return strconv.FormatInt(gpus, 10), nil
+		}
+		return strconv.FormatInt(framework.CPUs(c), 10), nil
+	case "gpu":
+		if gpus == 0 {
+			return "", fmt.Errorf("%s is gpu, but the trainer container %q has no GPU resource", field, c.Name)
+		}
+		return strconv.FormatInt(gpus, 10), nil
+	case "cpu":
+		return strconv.FormatInt(framework.CPUs(c), 10), nil
+	}
+	if n, err := strconv.Atoi(value); err != nil || n < 1 {
+		return "", fmt.Errorf("%s is %q: it must be auto, cpu, gpu or a positive integer", field, value)
+	}
+	return value, nil
+}

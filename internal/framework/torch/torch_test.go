@@ -1,0 +1,218 @@
+package torch
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+var rankEnv = corev1.EnvVar{Name: EnvNodeRank, ValueFrom: &corev1.EnvVarSource{
+	FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['batch.kubernetes.io/job-completion-index']"},
+}}
+
+func resources(cpu string, gpus string) *corev1.ResourceRequirements {
+	r := &corev1.ResourceRequirements{Limits: corev1.ResourceList{}}
+	if cpu != "" {
+		r.Limits[corev1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	if gpus != "" {
+		r.Limits["nvidia.com/gpu"] = resource.MustParse(gpus)
+	}
+	return r
+}
+
+func TestTorch(t *testing.T) {
+	tj := func() *utiltesting.TrainJobWrapper { return utiltesting.MakeTrainJob("mnist", "ns") }
+	static := func(nodes, procs string) []corev1.EnvVar {
+		return []corev1.EnvVar{
+			rankEnv,
+			{Name: EnvNumNodes, Value: nodes},
+			{Name: EnvNumProcPerNode, Value: procs},
+			{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
+			{Name: EnvMasterPort, Value: "29400"},
+		}
+	}
+	cases := map[string]struct {
+		runtime  trainer.TrainingRuntimeSpec
+		trainJob *trainer.TrainJob
+		// wantEnv is the trainer container's env; the other cases compare the whole JobSet.
+		wantEnv []corev1.EnvVar
+		want    func(*trainer.TrainJob, trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet
+		wantErr string
+	}{
+		"two GPU nodes: rendezvous on the first, one process per GPU, port 29400, Indexed ranks": {
+			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("auto")}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("", "4")}).Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return utiltesting.MakeJobSet(tj, rt).NumNodes("node", 2).
+					ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
+						j.Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+					}).
+					Container("node", "node", func(c *corev1.Container) {
+						c.Resources = *resources("", "4")
+						c.Env = static("2", "4")
+						c.Ports = []corev1.ContainerPort{{Name: "torchrun", ContainerPort: 29400, Protocol: corev1.ProtocolTCP}}
+					}).Obj()
+			},
+		},
+		"auto on a CPU-only node is one process per whole CPU of the limit": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("3500m", "")}).Obj(),
+			wantEnv:  static("1", "3"),
+		},
+		"cpu from the request when there is no limit": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("cpu")}).Obj()
+				rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Resources.Requests =
+					corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("6")}
+				return rt
+			}(),
+			trainJob: tj().Obj(),
+			wantEnv:  static("1", "6"),
+		},
+		"cpu below one whole CPU is still one process": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("cpu")}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("500m", "")}).Obj(),
+			wantEnv:  static("1", "1"),
+		},
+		"cpu without any CPU resources is one process": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("cpu")}).Obj(),
+			trainJob: tj().Obj(),
+			wantEnv:  static("1", "1"),
+		},
+		"gpu counts every resource ending in gpu": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				"amd.com/gpu": resource.MustParse("2"), corev1.ResourceCPU: resource.MustParse("16"),
+			}}}).Obj(),
+			wantEnv: static("1", "2"),
+		},
+		"gpu on a node without GPUs cannot be built": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("8", "")}).Obj(),
+			wantErr:  `torch.numProcPerNode of TrainingRuntime "torch" is gpu, but the trainer container "node" has no GPU resource`,
+		},
+		"an explicit number is used as is, even with GPUs": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("3")}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("", "8")}).Obj(),
+			wantEnv:  static("1", "3"),
+		},
+		"the TrainJob's numProcPerNode and numNodes override the runtime's": {
+			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("3")}).Obj(),
+			trainJob: tj().NumNodes(8).NumProcPerNode("gpu").Trainer(&trainer.Trainer{NumNodes: ptr.To[int32](8), NumProcPerNode: ptr.To("gpu"), ResourcesPerNode: resources("", "2")}).Obj(),
+			wantEnv:  static("8", "2"),
+		},
+		"a TrainJob's invalid numProcPerNode names the TrainJob's field": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
+			trainJob: tj().NumProcPerNode("0").Obj(),
+			wantErr:  `spec.trainer.numProcPerNode is "0": it must be auto, cpu, gpu or a positive integer`,
+		},
+		"elastic runs maxNodes pods with a c10d rendezvous and the JobSet restarts as torchrun does": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+				NumProcPerNode: ptr.To("2"),
+				ElasticPolicy:  &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](5), MaxRestarts: ptr.To[int32](3)},
+			}).Obj(),
+			trainJob: tj().Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				js := utiltesting.MakeJobSet(tj, rt).NumNodes("node", 5).
+					ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
+						j.Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+					}).
+					Container("node", "node", func(c *corev1.Container) {
+						c.Env = []corev1.EnvVar{
+							rankEnv,
+							{Name: EnvNumNodes, Value: "2:5"},
+							{Name: EnvNumProcPerNode, Value: "2"},
+							{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
+							{Name: EnvMasterPort, Value: "29400"},
+							{Name: EnvRdzvBackend, Value: "c10d"},
+							{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
+							{Name: EnvRdzvID, Value: "mnist"},
+							{Name: EnvMaxRestarts, Value: "3"},
+						}
+						c.Ports = []corev1.ContainerPort{{Name: "torchrun", ContainerPort: 29400, Protocol: corev1.ProtocolTCP}}
+					}).Obj()
+				js.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{MaxRestarts: 3}
+				return js
+			},
+		},
+		"elastic without maxNodes runs minNodes pods and sets no restarts": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+				NumProcPerNode: ptr.To("1"),
+				ElasticPolicy:  &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](3)},
+			}).Obj(),
+			trainJob: tj().Obj(),
+			wantEnv: []corev1.EnvVar{
+				rankEnv,
+				{Name: EnvNumNodes, Value: "3:3"},
+				{Name: EnvNumProcPerNode, Value: "1"},
+				{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
+				{Name: EnvMasterPort, Value: "29400"},
+				{Name: EnvRdzvBackend, Value: "c10d"},
+				{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
+				{Name: EnvRdzvID, Value: "mnist"},
+			},
+		},
+		"an elastic runtime refuses a TrainJob's numNodes": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
+			}).Obj(),
+			trainJob: tj().NumNodes(2).Obj(),
+			wantErr:  `spec.trainer.numNodes cannot be set: TrainingRuntime "torch" is elastic`,
+		},
+		"addresses use the trainer job's own name": {
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("worker", trainer.AncestorTrainer, "trainer")).
+				Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).Obj(),
+			trainJob: tj().Obj(),
+			wantEnv: []corev1.EnvVar{
+				rankEnv,
+				{Name: EnvNumNodes, Value: "1"},
+				{Name: EnvNumProcPerNode, Value: "1"},
+				{Name: EnvMasterAddr, Value: "mnist-worker-0-0.mnist"},
+				{Name: EnvMasterPort, Value: "29400"},
+			},
+		},
+		"the TrainJob's own env is kept beside torchrun's": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}}}).Obj(),
+			wantEnv:  append([]corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}}, static("1", "1")...),
+		},
+		"a TrainJob that sets PET_NNODES by hand cannot be built": {
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: EnvNumNodes, Value: "9"}}}).Obj(),
+			wantErr:  "spec.trainer.env[0].name: PET_NNODES is set by the torch framework and may not be set by hand",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tc.runtime}
+			children, err := build.Build(tc.trainJob, rt, New())
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			got := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+			if tc.want != nil {
+				if diff := cmp.Diff(tc.want(tc.trainJob, tc.runtime), got); diff != "" {
+					t.Errorf("JobSet (-want +got):\n%s", diff)
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.wantEnv, got.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Env); diff != "" {
+				t.Errorf("trainer env (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

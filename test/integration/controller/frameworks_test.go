@@ -1,0 +1,195 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// envOf returns the plain values of a container's env, by name.
+func envOf(c *corev1.Container) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			env[e.Name] = "<from " + e.ValueFrom.FieldRef.FieldPath + ">"
+		} else {
+			env[e.Name] = e.Value
+		}
+	}
+	return env
+}
+
+func container(t require.TestingT, js *jobsetv1alpha2.JobSet, job, name string) *corev1.Container {
+	for i := range js.Spec.ReplicatedJobs {
+		if rj := &js.Spec.ReplicatedJobs[i]; rj.Name == job {
+			for j := range rj.Template.Spec.Template.Spec.Containers {
+				if c := &rj.Template.Spec.Template.Spec.Containers[j]; c.Name == name {
+					return c
+				}
+			}
+		}
+	}
+	require.Failf(t, "no container", "%s/%s in JobSet %s", job, name, js.Name)
+	return nil
+}
+
+// managers lists the field managers that wrote an object, with their operation.
+func managers(obj metav1.Object) []string {
+	var m []string
+	for _, f := range obj.GetManagedFields() {
+		m = append(m, f.Manager+"/"+string(f.Operation))
+	}
+	return m
+}
+
+const rank = "<from metadata.annotations['batch.kubernetes.io/job-completion-index']>"
+
+func TestShippedRuntimes(t *testing.T) {
+	cases := map[string]struct {
+		trainJob func(ns string) *trainer.TrainJob
+		manager  string
+		want     map[string]string
+		nodes    int32
+	}{
+		"torch-distributed": {
+			trainJob: func(ns string) *trainer.TrainJob {
+				return utiltesting.MakeTrainJob("torch", ns).NumNodes(2).Trainer(&trainer.Trainer{
+					NumNodes: ptr.To[int32](2),
+					ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("2"),
+					}},
+				}).Obj()
+			},
+			manager: "trainer.kubeflow.org/torch",
+			nodes:   2,
+			want: map[string]string{
+				"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": rank,
+				"PET_MASTER_ADDR": "torch-node-0-0.torch", "PET_MASTER_PORT": "29400",
+			},
+		},
+		"xgboost-distributed": {
+			trainJob: func(ns string) *trainer.TrainJob {
+				return utiltesting.MakeTrainJob("boost", ns).NumNodes(4).Obj()
+			},
+			manager: "trainer.kubeflow.org/xgboost",
+			nodes:   4,
+			want: map[string]string{
+				"DMLC_TRACKER_URI": "boost-node-0-0.boost", "DMLC_TRACKER_PORT": "9091",
+				"DMLC_TASK_ID": rank, "DMLC_NUM_WORKER": "4",
+			},
+		},
+		"jax-distributed": {
+			trainJob: func(ns string) *trainer.TrainJob {
+				return utiltesting.MakeTrainJob("jx", ns).NumNodes(3).Obj()
+			},
+			manager: "trainer.kubeflow.org/jax",
+			nodes:   3,
+			want: map[string]string{
+				"JAX_COORDINATOR_ADDRESS": "jx-node-0-0.jx:29500", "JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": rank,
+			},
+		},
+	}
+	for runtime, tc := range cases {
+		t.Run(runtime, func(t *testing.T) {
+			ns := newNamespace(t)
+			tj := tc.trainJob(ns)
+			tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: runtime}
+			require.NoError(t, k8sClient.Create(context.Background(), tj))
+
+			js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+			env := envOf(container(t, js, "node", "node"))
+			for name, value := range tc.want {
+				assert.Equalf(t, value, env[name], "env %s", name)
+			}
+			assert.Equal(t, ptr.To(tc.nodes), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+			assert.Equal(t, []string{tc.manager + "/Apply"}, managers(js), "only the framework's own controller writes the JobSet")
+			waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+				conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+			})
+		})
+	}
+}
+
+func TestReservedEnvIsABuildFailure(t *testing.T) {
+	ns := newNamespace(t)
+	tj := utiltesting.MakeTrainJob("byhand", ns).Trainer(&trainer.Trainer{
+		Env: []corev1.EnvVar{{Name: "PET_MASTER_PORT", Value: "1234"}},
+	}).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed"}
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+	})
+	assert.Equal(t, "spec.trainer.env[0].name: PET_MASTER_PORT is set by the torch framework and may not be set by hand",
+		apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message)
+}
+
+func TestMPIRuntime(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj := utiltesting.MakeTrainJob("pi", ns).NumNodes(2).NumProcPerNode("2").Suspend(true).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	assert.Equal(t, []string{"trainer.kubeflow.org/mpi/Apply"}, managers(js))
+	launcher := container(t, js, "launcher", "node")
+	assert.Equal(t, "/etc/mpi/hostfile", envOf(launcher)["OMPI_MCA_orte_default_hostfile"])
+	for _, c := range []*corev1.Container{launcher, container(t, js, "node", "node")} {
+		var mounts []string
+		for _, m := range c.VolumeMounts {
+			mounts = append(mounts, m.MountPath)
+		}
+		assert.Contains(t, mounts, "/home/mpiuser/.ssh", "SSH keys on %s", c.Name)
+	}
+
+	hostfile := &corev1.ConfigMap{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pi-mpi-hostfile"}, hostfile))
+	assert.Equal(t, "pi-node-0-0.pi slots=2\npi-node-0-1.pi slots=2\n", hostfile.Data["hostfile"])
+	assert.Equal(t, []string{"trainer.kubeflow.org/mpi/Apply"}, managers(hostfile))
+	secret := &corev1.Secret{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pi-mpi-ssh-auth"}, secret))
+	assert.Equal(t, corev1.SecretTypeSSHAuth, secret.Type)
+	assert.Equal(t, ptr.To(true), secret.Immutable)
+	for _, obj := range []metav1.Object{hostfile, secret} {
+		assert.True(t, metav1.IsControlledBy(obj, got(t, tj)), "%s is not owned by its TrainJob", obj.GetName())
+	}
+
+	// The keys are never rotated: not by rebuilds of the suspended TrainJob, not by a manager
+	// restart, not when the JobSet has to be created again.
+	updateTrainJob(t, tj, addLabel("rebuild", "1"))
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, "1", js.Labels["rebuild"]) })
+	restartManager(t)
+	updateTrainJob(t, tj, addLabel("rebuild", "2"))
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, "2", js.Labels["rebuild"]) })
+	require.NoError(t, k8sClient.Delete(ctx, js))
+	waitForJobSet(t, tj, func(c *assert.CollectT, again *jobsetv1alpha2.JobSet) { assert.NotEqual(c, js.UID, again.UID) })
+
+	after := &corev1.Secret{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(secret), after))
+	assert.Equal(t, secret.ResourceVersion, after.ResourceVersion, "the SSH key Secret was written again")
+	assert.Equal(t, secret.Data, after.Data)
+	hostfileAfter := &corev1.ConfigMap{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(hostfile), hostfileAfter))
+	assert.Equal(t, hostfile.ResourceVersion, hostfileAfter.ResourceVersion, "an unchanged hostfile was rewritten")
+}
+
+func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
+	t.Helper()
+	current := &trainer.TrainJob{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), current))
+	return current
+}
