@@ -29,6 +29,8 @@ help: ## Show this help.
 manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook \
 		paths="./..." output:crd:artifacts:config=config/crd/bases
+	@# volcano.sh/apis ships no CRDs: generate Volcano's PodGroup CRD for the tests and make run.
+	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir=test/testenv/crds
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.

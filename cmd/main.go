@@ -93,9 +93,14 @@ func main() {
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
 
+	cacheOpts, err := controller.CacheOptions(cfg, scheme)
+	if err != nil {
+		setupLog.Error(err, "Unable to read which PodGroup CRDs are installed")
+		os.Exit(1)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   controller.CacheOptions(),
+		Cache:                   cacheOpts,
 		Metrics:                 metricsOpts,
 		WebhookServer:           webhook.NewServer(webhook.Options{TLSOpts: tlsOpts, CertDir: webhookCertPath}),
 		HealthProbeBindAddress:  probeAddr,

@@ -6,7 +6,9 @@
 // The steps run in this order, each in its own file: start from the runtime's JobSet template;
 // apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
 // apply the initializers; apply the framework's policy; apply spec.podSpecOverrides; merge the
-// TrainJob's labels and annotations; set the name, namespace, suspension and owner.
+// TrainJob's labels and annotations; stamp the gang's labels (last, so that nothing in the
+// TrainJob can remove them); set the name, namespace, suspension and owner. The PodGroup, if
+// the runtime's gang policy needs one, is sized from the finished JobSet.
 package build
 
 import (
@@ -22,6 +24,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/gang"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -32,6 +35,9 @@ type Children struct {
 	Apply []runtime.ApplyConfiguration
 	// Create are created once, before the JobSet is first created, and never written again.
 	Create []client.Object
+	// PodGroup is the gang's PodGroup, or nil when the runtime's gang policy needs none. Only the
+	// gang controller writes it.
+	PodGroup runtime.ApplyConfiguration
 }
 
 // Build builds the children of a TrainJob from its runtime, with fw's policy applied. The error
@@ -61,17 +67,22 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		fw.Apply,
 		applyPodSpecOverrides,
 		applyMetadata,
+		gang.Stamp,
 	}
 	for _, step := range steps {
 		if err := step(b); err != nil {
 			return nil, err
 		}
 	}
+	podGroup, err := gang.PodGroup(b)
+	if err != nil {
+		return nil, err
+	}
 	js, err := toApplyConfiguration(tj, b.JobSet)
 	if err != nil {
 		return nil, err
 	}
-	return &Children{JobSet: js, Apply: b.Apply, Create: b.Create}, nil
+	return &Children{JobSet: js, Apply: b.Apply, Create: b.Create, PodGroup: podGroup}, nil
 }
 
 // numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else 1.

@@ -5,19 +5,25 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -41,17 +47,38 @@ func Frameworks() []framework.Framework {
 	}
 }
 
+// podGroupKinds are the PodGroups the gang controller writes. Their CRDs may be missing.
+func podGroupKinds() []client.Object {
+	return []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}}
+}
+
 // CacheOptions keep the manager's cache to what the controllers need: of the kinds that exist
-// in large numbers in a cluster and that the operator also creates, ConfigMaps, only those the
-// operator created, by their trainer.kubeflow.org/trainjob-name label.
-func CacheOptions() cache.Options {
-	ours := labels.SelectorFromSet(nil)
+// in large numbers in a cluster and that the operator also creates, ConfigMaps and PodGroups,
+// only those the operator created, by their trainer.kubeflow.org/trainjob-name label. The cache
+// cannot be configured for a kind the cluster does not serve, so it asks which PodGroup CRDs
+// are installed.
+func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	podGroups, err := installedPodGroupKinds(mapper, scheme)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	ours := labels.NewSelector()
 	if req, err := labels.NewRequirement(trainer.TrainJobNameLabel, selection.Exists, nil); err == nil {
 		ours = ours.Add(*req)
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Label: ours},
-	}}
+	byObject := map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: ours}}
+	for _, pg := range podGroups {
+		byObject[pg] = cache.ByObject{Label: ours}
+	}
+	return cache.Options{ByObject: byObject}, nil
 }
 
 // Options tune the TrainJob controllers.
@@ -69,13 +96,21 @@ type Options struct {
 // change reaches the TrainJobs that use it.
 const runtimeRefIndex = "spec.runtimeRef"
 
-// Setup registers one controller per framework with the manager.
+// Setup registers one controller per framework, and the gang controller, with the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framework, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &trainer.TrainJob{}, runtimeRefIndex, func(o client.Object) []string {
 		kind, name := trainingruntime.Ref(o.(*trainer.TrainJob))
 		return []string{kind + "/" + name}
 	}); err != nil {
 		return err
+	}
+	podGroups, err := installedPodGroupKinds(mgr.GetRESTMapper(), mgr.GetScheme())
+	if err != nil {
+		return err
+	}
+	for _, pg := range podGroups {
+		gvk, _ := apiutil.GVKForObject(pg, mgr.GetScheme())
+		mgr.GetLogger().Info("PodGroup CRD found: gang scheduling with it is on", "kind", gvk.String())
 	}
 	for _, fw := range frameworks {
 		r := &TrainJobReconciler{
@@ -85,33 +120,65 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			frameworks:         frameworks,
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
 		}
-		if err := r.setup(mgr, opts); err != nil {
+		b := newController(mgr, fw.Name(), r.owns, opts).
+			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, r.owns)))
+		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob.
+		for _, pg := range podGroups {
+			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, r.owns)))
+		}
+		if err := b.Complete(r); err != nil {
 			return err
 		}
 	}
-	return nil
+	g := &GangReconciler{client: mgr.GetClient(), frameworks: frameworks}
+	b := newController(mgr, gangController, g.owns, opts)
+	for _, pg := range podGroups {
+		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(g.client, g.owns)))
+	}
+	return b.Complete(g)
 }
 
-func (r *TrainJobReconciler) setup(mgr ctrl.Manager, opts Options) error {
-	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.owns(o.(*trainer.TrainJob)) })
+// installedPodGroupKinds returns the PodGroup kinds whose CRDs the cluster serves. Without them
+// the manager still runs; TrainJobs that need a missing kind are told so in their status. A CRD
+// installed later is picked up when the manager restarts.
+func installedPodGroupKinds(mapper apimeta.RESTMapper, scheme *runtime.Scheme) ([]client.Object, error) {
+	var installed []client.Object
+	for _, pg := range podGroupKinds() {
+		gvk, err := apiutil.GVKForObject(pg, scheme)
+		if err != nil {
+			return nil, err
+		}
+		switch _, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); {
+		case err == nil:
+			installed = append(installed, pg)
+		case !apimeta.IsNoMatchError(err):
+			return nil, err
+		}
+	}
+	return installed, nil
+}
+
+// newController starts a TrainJob controller named name that sees only the TrainJobs for which
+// owns is true: their own events, and the events of the runtimes they use.
+func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) bool, opts Options) *builder.Builder {
+	c := mgr.GetClient()
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return owns(o.(*trainer.TrainJob)) })
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(r.framework.Name()).
+		Named(name).
 		For(&trainer.TrainJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, ours)).
-		Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(r.jobSetOwner)).
-		Watches(&trainer.ClusterTrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(r.runtimeUsers),
+		Watches(&trainer.ClusterTrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, owns)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&trainer.TrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(r.runtimeUsers),
+		Watches(&trainer.TrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, owns)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 			SkipNameValidation:      &opts.SkipNameValidation,
-		}).
-		Complete(r)
+		})
 }
 
-// owns is the event filter: whether this controller reconciles the TrainJob. That is decided by
-// its runtime alone; a TrainJob whose runtime cannot be read goes to the plain controller, which
-// reports it.
+// owns is the event filter of a framework controller: whether it reconciles the TrainJob. That
+// is decided by its runtime alone; a TrainJob whose runtime cannot be read goes to the plain
+// controller, which reports it.
 func (r *TrainJobReconciler) owns(tj *trainer.TrainJob) bool {
 	if !managed(tj) {
 		return false
@@ -123,41 +190,45 @@ func (r *TrainJobReconciler) owns(tj *trainer.TrainJob) bool {
 	return framework.Select(r.frameworks, policy) == r.framework
 }
 
-// jobSetOwner queues the TrainJob that controls a JobSet, if it is this controller's.
-func (r *TrainJobReconciler) jobSetOwner(ctx context.Context, o client.Object) []reconcile.Request {
-	ref := metav1.GetControllerOf(o)
-	if ref == nil || ref.Kind != "TrainJob" || ref.APIVersion != trainer.GroupVersion.String() {
-		return nil
+// ownerOf queues the TrainJob that controls a child, if owns says it is the controller's.
+func ownerOf(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "TrainJob" || ref.APIVersion != trainer.GroupVersion.String() {
+			return nil
+		}
+		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}
+		tj := &trainer.TrainJob{}
+		if err := c.Get(ctx, key, tj); err != nil || !owns(tj) {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: key}}
 	}
-	key := types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}
-	tj := &trainer.TrainJob{}
-	if err := r.client.Get(ctx, key, tj); err != nil || !r.owns(tj) {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: key}}
 }
 
-// runtimeUsers queues this controller's unfinished TrainJobs that use a changed runtime, so that
+// runtimeUsers queues the controller's unfinished TrainJobs that use a changed runtime, so that
 // a fixed runtime rebuilds the TrainJobs that failed to build from it, and a runtime that changes
 // framework hands its TrainJobs to the new framework's controller.
-func (r *TrainJobReconciler) runtimeUsers(ctx context.Context, o client.Object) []reconcile.Request {
-	kind := trainer.ClusterTrainingRuntimeKind
-	var opts []client.ListOption
-	if o.GetNamespace() != "" {
-		kind = trainer.TrainingRuntimeKind
-		opts = append(opts, client.InNamespace(o.GetNamespace()))
-	}
-	tjs := &trainer.TrainJobList{}
-	opts = append(opts, client.MatchingFields{runtimeRefIndex: kind + "/" + o.GetName()})
-	if err := r.client.List(ctx, tjs, opts...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the TrainJobs of a runtime", "runtime", o.GetName())
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range tjs.Items {
-		if tj := &tjs.Items[i]; !finished(tj) && r.owns(tj) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tj)})
+func runtimeUsers(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		kind := trainer.ClusterTrainingRuntimeKind
+		var opts []client.ListOption
+		if o.GetNamespace() != "" {
+			kind = trainer.TrainingRuntimeKind
+			opts = append(opts, client.InNamespace(o.GetNamespace()))
 		}
+		tjs := &trainer.TrainJobList{}
+		opts = append(opts, client.MatchingFields{runtimeRefIndex: kind + "/" + o.GetName()})
+		if err := c.List(ctx, tjs, opts...); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the TrainJobs of a runtime", "runtime", o.GetName())
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range tjs.Items {
+			if tj := &tjs.Items[i]; !finished(tj) && owns(tj) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tj)})
+			}
+		}
+		return reqs
 	}
-	return reqs
 }

@@ -12,17 +12,20 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/gang"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -111,9 +114,15 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 
 	// 3. Write the JobSet. A running JobSet is never rewritten: changes to the TrainJob or its
 	// runtime reach it only while it is suspended. Suspending one only flips its suspend flag.
+	// A JobSet whose pods may start waits for its gang's PodGroup.
 	suspend := ptr.Deref(tj.Spec.Suspend, false)
 	switch {
 	case js == nil || ptr.Deref(js.Spec.Suspend, false):
+		if !suspend {
+			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		children, err := build.Build(tj, rt, r.framework)
 		if err != nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
@@ -141,6 +150,31 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		setJobSetStatus(tj, &js.Status)
 	}
 	return ctrl.Result{}, nil
+}
+
+// waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that does not exist yet.
+// The gang controller creates it, and its creation queues the TrainJob again. A PodGroup kind
+// whose CRD is not installed cannot be waited for: the TrainJob is told so.
+func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime) (bool, error) {
+	pg := gang.PodGroupObject(rt.Spec.PodGroupPolicy)
+	if pg == nil {
+		return false, nil
+	}
+	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), pg); {
+	case err == nil:
+		return false, nil
+	case apierrors.IsNotFound(err):
+		ctrl.LoggerFrom(ctx).V(2).Info("Waiting for the PodGroup")
+		return true, nil
+	case apimeta.IsNoMatchError(err):
+		gvk, _ := apiutil.GVKForObject(pg, r.client.Scheme())
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+			fmt.Sprintf("%s gang-schedules with %s PodGroups, but their CRD is not installed in the cluster; install it and restart the operator",
+				rt, gvk.GroupVersion()))
+		return true, nil
+	default:
+		return true, err
+	}
 }
 
 // write writes the children, the JobSet last, so that its pods find what they mount. Children

@@ -23,8 +23,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
@@ -42,33 +43,12 @@ var (
 	stopManager func()
 )
 
-// startManager starts the operator's manager, with every TrainJob controller, and waits for its
-// cache. The returned function stops it and waits until it has stopped.
+// startManager starts the operator's manager with the suite's settings.
 func startManager() (func(), error) {
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:  scheme,
-		Cache:   controller.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := controller.Setup(ctx, mgr, controller.Frameworks(), controller.Options{
+	return testenv.StartManager(restCfg, scheme, controller.Options{
 		MaxConcurrentReconciles: 4,
 		RuntimeGracePeriod:      runtimeGracePeriod,
-		SkipNameValidation:      true,
-	}); err != nil {
-		cancel()
-		return nil, err
-	}
-	done := make(chan error)
-	go func() { done <- mgr.Start(ctx) }()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		cancel()
-		return nil, fmt.Errorf("the manager's cache did not sync: %w", <-done)
-	}
-	return func() { cancel(); <-done }, nil
+	})
 }
 
 // restartManager stops the manager and starts a new one, as a rollout of the operator would.
@@ -84,6 +64,8 @@ func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(trainer.AddToScheme(scheme))
 	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
+	utilruntime.Must(schedulerpluginsv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
 	os.Exit(run(m))
 }
 

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/gang"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// gangController names the gang controller and its field manager.
+const gangController = "gang"
+
+// GangReconciler writes the PodGroups of gang-scheduled TrainJobs: it is their only writer. The
+// framework controllers wait for the PodGroup before they let the JobSet's pods exist.
+type GangReconciler struct {
+	client     client.Client
+	frameworks []framework.Framework
+}
+
+// +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;patch
+
+// Reconcile applies a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Building
+// failures and missing CRDs are reported by the framework controller, in the TrainJob's status.
+func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	tj := &trainer.TrainJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, tj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !managed(tj) || finished(tj) {
+		return ctrl.Result{}, nil
+	}
+	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
+	if errors.Is(err, trainingruntime.ErrNotFound) {
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pg := gang.PodGroupObject(rt.Spec.PodGroupPolicy)
+	if pg == nil {
+		return ctrl.Result{}, nil
+	}
+
+	// A running gang is settled: its PodGroup changes only while the JobSet is suspended, or is
+	// put back if someone deleted it.
+	key := client.ObjectKeyFromObject(tj)
+	js := &jobsetv1alpha2.JobSet{}
+	if err := r.client.Get(ctx, key, js); err == nil && !ptr.Deref(js.Spec.Suspend, false) {
+		if err := r.client.Get(ctx, key, pg); !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, ignoreNoMatch(err)
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+
+	children, err := build.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
+	if err != nil {
+		return ctrl.Result{}, nil
+	}
+	if err := r.client.Apply(ctx, children.PodGroup, client.FieldOwner("trainer.kubeflow.org/"+gangController), client.ForceOwnership); err != nil {
+		return ctrl.Result{}, ignoreNoMatch(fmt.Errorf("applying the PodGroup of %s: %w", klog.KObj(tj), err))
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Applied PodGroup", "podGroup", key)
+	return ctrl.Result{}, nil
+}
+
+// owns is the gang controller's event filter: TrainJobs whose runtime's gang policy needs a
+// PodGroup.
+func (r *GangReconciler) owns(tj *trainer.TrainJob) bool {
+	if !managed(tj) {
+		return false
+	}
+	rt, err := trainingruntime.Resolve(context.Background(), r.client, tj)
+	return err == nil && gang.PodGroupObject(rt.Spec.PodGroupPolicy) != nil
+}
+
+// ignoreNoMatch drops the error of a PodGroup kind whose CRD is not installed: retrying cannot
+// help, and the framework controller reports it in the TrainJob's status.
+func ignoreNoMatch(err error) error {
+	if apimeta.IsNoMatchError(err) {
+		return nil
+	}
+	return err
+}

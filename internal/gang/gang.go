@@ -1,0 +1,176 @@
+// Package gang holds the gang-scheduling rules in one place: which pods of a TrainJob form its
+// gang, the labels and annotations that join them to it, and the PodGroup that describes it to
+// the scheduler. The build pipeline stamps the labels into the JobSet, so that no pod ever exists
+// without them, and builds the PodGroup, which only the gang controller writes.
+package gang
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	schedulerpluginsac "sigs.k8s.io/scheduler-plugins/pkg/generated/applyconfiguration/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcanoac "volcano.sh/apis/pkg/client/applyconfiguration/scheduling/v1beta1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// What pods carry to join their gang.
+const (
+	// CoschedulingLabel names a pod's PodGroup for the scheduler-plugins Coscheduling plugin.
+	CoschedulingLabel = "scheduling.x-k8s.io/pod-group"
+	// VolcanoAnnotation names a pod's PodGroup for Volcano.
+	VolcanoAnnotation = "scheduling.k8s.io/group-name"
+	// KAIQueueLabel names the KAI Scheduler queue; KAI's pod-grouper makes the PodGroup itself.
+	KAIQueueLabel = "kai.scheduler/queue"
+)
+
+// DefaultScheduleTimeoutSeconds is the Coscheduling timeout when the runtime sets none.
+const DefaultScheduleTimeoutSeconds = 60
+
+// PodGroupObject returns an empty PodGroup of the kind the policy needs, to look it up by name,
+// or nil when the policy needs none: no gang scheduling, or KAI's, whose PodGroup KAI makes.
+func PodGroupObject(policy *trainer.PodGroupPolicy) client.Object {
+	switch {
+	case policy == nil:
+		return nil
+	case policy.Coscheduling != nil:
+		return &schedulerpluginsv1alpha1.PodGroup{}
+	case policy.Volcano != nil:
+		return &volcanov1beta1.PodGroup{}
+	}
+	return nil
+}
+
+// Stamp joins the JobSet's gang members to their gang: the Coscheduling label or the Volcano
+// annotation on the pod template of every member job; for KAI, the queue label on the JobSet and
+// every pod template. It runs last in the pipeline, so that nothing in the TrainJob can remove it.
+func Stamp(b *framework.Build) error {
+	policy := b.Runtime.Spec.PodGroupPolicy
+	if policy == nil {
+		return nil
+	}
+	js, name := b.JobSet, b.TrainJob.Name
+	if kai := policy.KAIScheduler; kai != nil {
+		js.Labels = withEntry(js.Labels, KAIQueueLabel, kai.Queue)
+	}
+	for i := range js.Spec.ReplicatedJobs {
+		job := &js.Spec.ReplicatedJobs[i]
+		pod := &job.Template.Spec.Template
+		switch {
+		case policy.KAIScheduler != nil:
+			pod.Labels = withEntry(pod.Labels, KAIQueueLabel, policy.KAIScheduler.Queue)
+		case !member(job):
+		case policy.Coscheduling != nil:
+			pod.Labels = withEntry(pod.Labels, CoschedulingLabel, name)
+		case policy.Volcano != nil:
+			pod.Annotations = withEntry(pod.Annotations, VolcanoAnnotation, name)
+		}
+	}
+	return nil
+}
+
+// PodGroup builds the PodGroup of the JobSet built, or returns nil when the policy needs none.
+// Its minMember is every pod of the member jobs and its minResources their summed requests: the
+// scheduler places the gang only when all of it fits.
+func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
+	policy := b.Runtime.Spec.PodGroupPolicy
+	if PodGroupObject(policy) == nil {
+		return nil, nil
+	}
+	tj := b.TrainJob
+	members, resources := size(b.JobSet)
+	if policy.Coscheduling != nil {
+		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
+			WithLabels(b.Labels()).
+			WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
+			WithSpec(schedulerpluginsac.PodGroupSpec().
+				WithMinMember(members).
+				WithMinResources(resources).
+				WithScheduleTimeoutSeconds(ptr.Deref(policy.Coscheduling.ScheduleTimeoutSeconds, DefaultScheduleTimeoutSeconds))), nil
+	}
+	spec := volcanoac.PodGroupSpec().WithMinMember(members).WithMinResources(resources)
+	if policy.Volcano.Queue != nil {
+		spec.WithQueue(*policy.Volcano.Queue)
+	}
+	pg := volcanoac.PodGroup(tj.Name, tj.Namespace).
+		WithLabels(b.Labels()).
+		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
+		WithSpec(spec)
+	// Volcano's generated apply configurations predate the methods controller-runtime's Apply
+	// reads (IsApplyConfiguration, GetKind, ...), so this one goes as unstructured.
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pg)
+	if err != nil {
+		return nil, fmt.Errorf("converting the Volcano PodGroup: %w", err)
+	}
+	return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), nil
+}
+
+// member reports whether a replicated job's pods belong to the gang: every job but the
+// initializers, which finish before training starts and so never run together with it.
+func member(job *jobsetv1alpha2.ReplicatedJob) bool {
+	switch job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] {
+	case trainer.AncestorDatasetInitializer, trainer.AncestorModelInitializer:
+		return false
+	}
+	return true
+}
+
+// size counts the pods of the member jobs that run at once (replicas × parallelism) and sums
+// their requests, as the scheduler will see them: requests default to limits, and init
+// containers and sidecars count as Kubernetes counts them.
+func size(js *jobsetv1alpha2.JobSet) (int32, corev1.ResourceList) {
+	var members int32
+	total := corev1.ResourceList{}
+	for i := range js.Spec.ReplicatedJobs {
+		job := &js.Spec.ReplicatedJobs[i]
+		if !member(job) {
+			continue
+		}
+		pods := job.Replicas * ptr.Deref(job.Template.Spec.Parallelism, 1)
+		members += pods
+		pod := &corev1.Pod{Spec: *job.Template.Spec.Template.Spec.DeepCopy()}
+		defaultRequestsToLimits(pod.Spec.InitContainers)
+		defaultRequestsToLimits(pod.Spec.Containers)
+		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+			q.Mul(int64(pods))
+			if sum, ok := total[name]; ok {
+				q.Add(sum)
+			}
+			total[name] = q
+		}
+	}
+	return members, total
+}
+
+// defaultRequestsToLimits does what the API server does to a pod: a resource with a limit and no
+// request requests its limit.
+func defaultRequestsToLimits(containers []corev1.Container) {
+	for i := range containers {
+		r := &containers[i].Resources
+		for name, limit := range r.Limits {
+			if _, ok := r.Requests[name]; !ok {
+				if r.Requests == nil {
+					r.Requests = corev1.ResourceList{}
+				}
+				r.Requests[name] = limit
+			}
+		}
+	}
+}
+
+func withEntry(m map[string]string, key, value string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[key] = value
+	return m
+}

@@ -1,0 +1,236 @@
+package gang_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/framework/mpi"
+	"github.com/trainjob/operator/internal/framework/plain"
+	"github.com/trainjob/operator/internal/framework/torch"
+	"github.com/trainjob/operator/internal/gang"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+func list(pairs ...string) corev1.ResourceList {
+	l := corev1.ResourceList{}
+	for i := 0; i < len(pairs); i += 2 {
+		l[corev1.ResourceName(pairs[i])] = resource.MustParse(pairs[i+1])
+	}
+	return l
+}
+
+// withResources gives a replicated job's first container requests and limits.
+func withResources(job jobsetv1alpha2.ReplicatedJob, requests, limits corev1.ResourceList) jobsetv1alpha2.ReplicatedJob {
+	job.Template.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: requests, Limits: limits}
+	return job
+}
+
+var coscheduling = trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](120)}}
+
+func mpiRuntime(launcherAsNode bool) *utiltesting.RuntimeSpecWrapper {
+	launcher := withResources(utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node"), list("cpu", "500m", "memory", "1Gi"), nil)
+	node := withResources(utiltesting.ReplicatedJob("node", "", "node"), list("cpu", "2"), nil)
+	return utiltesting.MakeRuntimeSpec().ReplicatedJobs(launcher, node).
+		MPI(&trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(launcherAsNode)})
+}
+
+func TestCoschedulingPodGroupSize(t *testing.T) {
+	gpuNode := withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"),
+		list("cpu", "2", "memory", "4Gi"), list("nvidia.com/gpu", "1"))
+	cases := map[string]struct {
+		runtime    *utiltesting.RuntimeSpecWrapper
+		framework  framework.Framework
+		trainJob   *trainer.TrainJob
+		minMember  int32
+		minRequest corev1.ResourceList
+	}{
+		"torch GPU nodes: every node, GPUs requested through their limits": {
+			runtime:    utiltesting.MakeRuntimeSpec().NumNodes(3).ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{}),
+			framework:  torch.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  3,
+			minRequest: list("cpu", "6", "memory", "12Gi", "nvidia.com/gpu", "3"),
+		},
+		"the TrainJob's numNodes and resourcesPerNode size the gang": {
+			runtime:   utiltesting.MakeRuntimeSpec().NumNodes(3).ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{}),
+			framework: torch.New(),
+			trainJob: utiltesting.MakeTrainJob("tj", "ns").Trainer(&trainer.Trainer{
+				NumNodes:         ptr.To[int32](5),
+				ResourcesPerNode: &corev1.ResourceRequirements{Requests: list("cpu", "8"), Limits: list("nvidia.com/gpu", "2")},
+			}).Obj(),
+			minMember:  5,
+			minRequest: list("cpu", "40", "nvidia.com/gpu", "10"),
+		},
+		"CPU-only nodes": {
+			runtime: utiltesting.MakeRuntimeSpec().NumNodes(2).ReplicatedJobs(
+				withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "500m", "memory", "256Mi"), nil)),
+			framework:  plain.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  2,
+			minRequest: list("cpu", "1", "memory", "512Mi"),
+		},
+		"initializers finish before training, so they are not in the gang": {
+			runtime: utiltesting.MakeRuntimeSpec().NumNodes(2).ReplicatedJobs(
+				withResources(utiltesting.ReplicatedJob("dataset-initializer", trainer.AncestorDatasetInitializer, "dataset-initializer"), list("cpu", "4"), nil),
+				withResources(utiltesting.ReplicatedJob("model-initializer", trainer.AncestorModelInitializer, "model-initializer"), list("cpu", "4"), nil),
+				withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "1"), nil)),
+			framework:  plain.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  2,
+			minRequest: list("cpu", "2"),
+		},
+		"an init container bigger than the containers sets the pod's request": {
+			runtime: func() *utiltesting.RuntimeSpecWrapper {
+				node := withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "1"), nil)
+				node.Template.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "fetch", Resources: corev1.ResourceRequirements{Requests: list("cpu", "3")}}}
+				return utiltesting.MakeRuntimeSpec().NumNodes(2).ReplicatedJobs(node)
+			}(),
+			framework:  plain.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  2,
+			minRequest: list("cpu", "6"),
+		},
+		"MPI: the launcher and every node pod": {
+			runtime:    mpiRuntime(false),
+			framework:  mpi.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").NumNodes(2).Obj(),
+			minMember:  3,
+			minRequest: list("cpu", "4500m", "memory", "1Gi"),
+		},
+		"MPI with the launcher as a node: the launcher and numNodes-1 node pods": {
+			runtime:    mpiRuntime(true),
+			framework:  mpi.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").NumNodes(3).Obj(),
+			minMember:  3,
+			minRequest: list("cpu", "4500m", "memory", "1Gi"),
+		},
+		"replicas multiply the pods of a job": {
+			runtime: func() *utiltesting.RuntimeSpecWrapper {
+				node := withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "1"), nil)
+				workers := withResources(utiltesting.ReplicatedJob("workers", "", "worker"), list("cpu", "1"), nil)
+				workers.Replicas = 3
+				workers.Template.Spec.Parallelism = ptr.To[int32](2)
+				return utiltesting.MakeRuntimeSpec().ReplicatedJobs(node, workers)
+			}(),
+			framework:  plain.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  7,
+			minRequest: list("cpu", "7"),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			spec := tc.runtime.PodGroupPolicy(coscheduling).Obj()
+			tc.trainJob.UID = "tj-uid"
+			children := buildChildren(t, tc.trainJob, spec, tc.framework)
+			got := utiltesting.FromApplyConfiguration[schedulerpluginsv1alpha1.PodGroup](t, children.PodGroup)
+			want := &schedulerpluginsv1alpha1.PodGroup{
+				TypeMeta: metav1.TypeMeta{APIVersion: "scheduling.x-k8s.io/v1alpha1", Kind: "PodGroup"},
+				ObjectMeta: metav1.ObjectMeta{
+					Name: "tj", Namespace: "ns",
+					Labels:          map[string]string{trainer.TrainJobNameLabel: "tj"},
+					OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tc.trainJob)},
+				},
+				Spec: schedulerpluginsv1alpha1.PodGroupSpec{
+					MinMember:              tc.minMember,
+					MinResources:           tc.minRequest,
+					ScheduleTimeoutSeconds: ptr.To[int32](120),
+				},
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("PodGroup (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func buildChildren(t *testing.T, tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec, fw framework.Framework) *build.Children {
+	t.Helper()
+	children, err := build.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: &spec}, fw)
+	require.NoError(t, err)
+	return children
+}
+
+// podMetadata returns each replicated job's pod template labels and annotations.
+func podMetadata(t *testing.T, children *build.Children) (labels, annotations map[string]map[string]string) {
+	js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+	labels, annotations = map[string]map[string]string{}, map[string]map[string]string{}
+	for _, job := range js.Spec.ReplicatedJobs {
+		labels[job.Name] = job.Template.Spec.Template.Labels
+		annotations[job.Name] = job.Template.Spec.Template.Annotations
+	}
+	return labels, annotations
+}
+
+func TestGangMembership(t *testing.T) {
+	runtime := func() *utiltesting.RuntimeSpecWrapper {
+		return utiltesting.MakeRuntimeSpec().ReplicatedJobs(
+			utiltesting.ReplicatedJob("dataset-initializer", trainer.AncestorDatasetInitializer, "dataset-initializer"),
+			utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"))
+	}
+	tj := utiltesting.MakeTrainJob("tj", "ns").Obj()
+
+	t.Run("coscheduling labels the member pods", func(t *testing.T) {
+		children := buildChildren(t, tj, runtime().PodGroupPolicy(coscheduling).Obj(), plain.New())
+		labels, _ := podMetadata(t, children)
+		assert.Equal(t, "tj", labels["node"][gang.CoschedulingLabel])
+		assert.NotContains(t, labels["dataset-initializer"], gang.CoschedulingLabel)
+	})
+
+	t.Run("volcano annotates the member pods and submits to the queue", func(t *testing.T) {
+		children := buildChildren(t, tj, runtime().PodGroupPolicy(trainer.PodGroupPolicySource{
+			Volcano: &trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")},
+		}).Obj(), plain.New())
+		_, annotations := podMetadata(t, children)
+		assert.Equal(t, map[string]string{gang.VolcanoAnnotation: "tj"}, annotations["node"])
+		assert.Empty(t, annotations["dataset-initializer"])
+		pg := utiltesting.FromApplyConfiguration[volcanov1beta1.PodGroup](t, children.PodGroup)
+		assert.Equal(t, "scheduling.volcano.sh/v1beta1", pg.APIVersion)
+		assert.Equal(t, "PodGroup", pg.Kind)
+		assert.Equal(t, volcanov1beta1.PodGroupSpec{MinMember: 1, MinResources: &corev1.ResourceList{}, Queue: "research"}, pg.Spec)
+		assert.Equal(t, map[string]string{trainer.TrainJobNameLabel: "tj"}, pg.Labels)
+		assert.Len(t, pg.OwnerReferences, 1)
+	})
+
+	t.Run("kai labels the JobSet and every pod with the queue and needs no PodGroup", func(t *testing.T) {
+		children := buildChildren(t, tj, runtime().PodGroupPolicy(trainer.PodGroupPolicySource{
+			KAIScheduler: &trainer.KAISchedulerPodGroupPolicySource{Queue: "team-a"},
+		}).Obj(), plain.New())
+		labels, _ := podMetadata(t, children)
+		assert.Equal(t, "team-a", labels["node"][gang.KAIQueueLabel])
+		assert.Equal(t, "team-a", labels["dataset-initializer"][gang.KAIQueueLabel])
+		assert.Equal(t, "team-a", children.JobSet.Labels[gang.KAIQueueLabel])
+		assert.Nil(t, children.PodGroup)
+		js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+		assert.Len(t, js.OwnerReferences, 1, "KAI's pod-grouper follows a single controller owner chain")
+	})
+
+	t.Run("without a gang policy nothing is stamped", func(t *testing.T) {
+		children := buildChildren(t, tj, runtime().Obj(), plain.New())
+		labels, _ := podMetadata(t, children)
+		assert.Equal(t, map[string]string{trainer.AncestorStepLabel: trainer.AncestorTrainer}, labels["node"])
+		assert.Nil(t, children.PodGroup)
+	})
+
+	t.Run("the TrainJob's labels cannot take a pod out of its gang", func(t *testing.T) {
+		sneaky := tj.DeepCopy()
+		sneaky.Spec.Labels = map[string]string{gang.CoschedulingLabel: "other"}
+		children := buildChildren(t, sneaky, runtime().PodGroupPolicy(coscheduling).Obj(), plain.New())
+		labels, _ := podMetadata(t, children)
+		assert.Equal(t, "tj", labels["node"][gang.CoschedulingLabel])
+	})
+}

@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/gang"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// gangRuntime creates a namespaced torch runtime with a gang policy and 1-CPU nodes.
+func gangRuntime(t *testing.T, ns string, policy trainer.PodGroupPolicySource) {
+	t.Helper()
+	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	node.Template.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).NumNodes(2).
+		Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).PodGroupPolicy(policy).Obj()
+	require.NoError(t, k8sClient.Create(context.Background(), utiltesting.TrainingRuntime("gang", ns, spec)))
+}
+
+// creationRevision is the etcd revision an object was created at, as long as nothing has written
+// it since: the PodGroup and JobSet here have no controller writing their status.
+func creationRevision(t *testing.T, obj client.Object) int64 {
+	n, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	require.NoError(t, err)
+	return n
+}
+
+func TestCoschedulingPodGroupComesBeforeTheJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	tj := utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	pg := &schedulerpluginsv1alpha1.PodGroup{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+	assert.Less(t, creationRevision(t, pg), creationRevision(t, js), "the JobSet was created before its PodGroup")
+	assert.Equal(t, schedulerpluginsv1alpha1.PodGroupSpec{
+		MinMember:              2,
+		MinResources:           corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+		ScheduleTimeoutSeconds: ptr.To[int32](60),
+	}, pg.Spec)
+	assert.True(t, metav1.IsControlledBy(pg, got(t, tj)))
+	assert.Equal(t, []string{"trainer.kubeflow.org/gang/Apply"}, managers(pg), "only the gang controller writes PodGroups")
+	assert.Equal(t, "gang", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels[gang.CoschedulingLabel])
+
+	// Deleting the TrainJob deletes its PodGroup.
+	require.NoError(t, k8sClient.Delete(ctx, tj))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pg), &schedulerpluginsv1alpha1.PodGroup{}))
+	}, timeout, interval, "the garbage collector did not delete the PodGroup")
+}
+
+func TestVolcanoPodGroup(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")}})
+	tj := utiltesting.MakeTrainJob("volc", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").NumNodes(3).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	pg := &volcanov1beta1.PodGroup{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+	assert.Equal(t, int32(3), pg.Spec.MinMember)
+	assert.Equal(t, "research", pg.Spec.Queue)
+	assert.Equal(t, &corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}, pg.Spec.MinResources)
+	assert.True(t, metav1.IsControlledBy(pg, got(t, tj)))
+	assert.Equal(t, "volc", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Annotations[gang.VolcanoAnnotation])
+}
+
+func TestKAIQueueLabelsAndNoPodGroup(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{KAIScheduler: &trainer.KAISchedulerPodGroupPolicySource{Queue: "team-a"}})
+	tj := utiltesting.MakeTrainJob("kai", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	assert.Equal(t, "team-a", js.Labels[gang.KAIQueueLabel])
+	assert.Equal(t, "team-a", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels[gang.KAIQueueLabel])
+	assert.Len(t, js.OwnerReferences, 1)
+	for _, pg := range []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}} {
+		assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg)), "a PodGroup was made for KAI")
+	}
+}
+
+func TestSuspendedGangIsResized(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Suspend(true).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	minMember := func(c *assert.CollectT) int32 {
+		pg := &schedulerpluginsv1alpha1.PodGroup{}
+		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+		return pg.Spec.MinMember
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(2), minMember(c)) }, timeout, interval)
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)} })
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(4), minMember(c)) }, timeout, interval)
+
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
+		assert.Equal(c, ptr.To[int32](4), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	})
+}
