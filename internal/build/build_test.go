@@ -174,19 +174,19 @@ func TestJobSet(t *testing.T) {
 		"a runtime without a trainer job cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node")).Obj(),
 			trainJob: tj().Obj(),
-			wantErr:  `TrainingRuntime "rt" has no replicated job whose pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer`,
+			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs: Required value: the pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer: that job runs the trainer`,
 		},
 		"a runtime with two trainer jobs cannot be built": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(
 				utiltesting.ReplicatedJob("a", trainer.AncestorTrainer, "node"),
 				utiltesting.ReplicatedJob("b", trainer.AncestorTrainer, "node")).Obj(),
 			trainJob: tj().Obj(),
-			wantErr:  `TrainingRuntime "rt" has 2 replicated jobs labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer; exactly one must be`,
+			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs[1].template.spec.template.metadata.labels: Invalid value: "trainer.kubeflow.org/trainjob-ancestor-step=trainer": only one replicated job may run the trainer`,
 		},
 		"a trainer job without a node or trainer container cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "main")).Obj(),
 			trainJob: tj().Obj(),
-			wantErr:  `TrainingRuntime "rt": replicated job "node" has no trainer container: name it "node" or "trainer"`,
+			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers: Required value: the trainer job "node" needs a container named "node" or "trainer"`,
 		},
 		"the dataset initializer gets STORAGE_URI, env and the secret": {
 			runtime: fullRuntime().Obj(),
@@ -240,14 +240,14 @@ func TestJobSet(t *testing.T) {
 		"a dataset initializer for a runtime without one cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().Obj(),
 			trainJob: tj().Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://d")}}).Obj(),
-			wantErr:  `spec.initializer sets the dataset-initializer, but TrainingRuntime "rt" has no replicated job labelled trainer.kubeflow.org/trainjob-ancestor-step=dataset-initializer`,
+			wantErr:  `spec.initializer.dataset: Forbidden: TrainingRuntime "rt" has no dataset-initializer: no replicated job is labelled trainer.kubeflow.org/trainjob-ancestor-step=dataset-initializer`,
 		},
 		"an initializer job without the initializer container cannot be built": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(
 				utiltesting.ReplicatedJob("init", trainer.AncestorModelInitializer, "download"),
 				utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).Obj(),
 			trainJob: tj().Initializer(&trainer.Initializer{Model: &trainer.ModelInitializer{StorageUri: ptr.To("hf://m")}}).Obj(),
-			wantErr:  `TrainingRuntime "rt": replicated job "init" has no container named "model-initializer"`,
+			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers: Required value: the model-initializer job "init" needs a container named "model-initializer"`,
 		},
 		"an override without targetJobs applies to every job": {
 			runtime:  fullRuntime().Obj(),
@@ -274,7 +274,7 @@ func TestJobSet(t *testing.T) {
 			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{}, trainer.PodSpecOverride{
 				TargetJobs: []string{"node", "launcher"},
 			}).Obj(),
-			wantErr: `spec.podSpecOverrides[1].targetJobs[1]: TrainingRuntime "rt" has no replicated job "launcher"`,
+			wantErr: `spec.podSpecOverrides[1].targetJobs[1]: Invalid value: "launcher": TrainingRuntime "rt" has no replicated job of that name`,
 		},
 		"an override of a container the job lacks cannot be built": {
 			runtime: fullRuntime().Obj(),
@@ -282,7 +282,7 @@ func TestJobSet(t *testing.T) {
 				TargetJobs: []string{"node"},
 				Containers: []trainer.ContainerOverride{{Name: "node"}, {Name: "proxy"}},
 			}).Obj(),
-			wantErr: `spec.podSpecOverrides[0].containers[1].name: no container "proxy" in replicated job "node" of TrainingRuntime "rt"`,
+			wantErr: `spec.podSpecOverrides[0].containers[1].name: Invalid value: "proxy": replicated job "node" of TrainingRuntime "rt" has no container of that name`,
 		},
 		"an override of an init container the job lacks cannot be built": {
 			runtime: fullRuntime().Obj(),
@@ -290,7 +290,7 @@ func TestJobSet(t *testing.T) {
 				TargetJobs:     []string{"dataset-initializer"},
 				InitContainers: []trainer.ContainerOverride{{Name: "fetch"}},
 			}).Obj(),
-			wantErr: `spec.podSpecOverrides[0].initContainers[0].name: no container "fetch" in replicated job "dataset-initializer"`,
+			wantErr: `spec.podSpecOverrides[0].initContainers[0].name: Invalid value: "fetch": replicated job "dataset-initializer" of TrainingRuntime "rt" has no init container of that name`,
 		},
 		"override env wins over the trainer's": {
 			runtime:   fullRuntime().Obj(),
@@ -309,7 +309,7 @@ func TestJobSet(t *testing.T) {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},
 			trainJob:  tj().Trainer(&trainer.Trainer{Env: env("EPOCHS", "3", "FRAMEWORK_VAR", "mine")}).Obj(),
-			wantErr:   "spec.trainer.env[1].name: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
+			wantErr:   "spec.trainer.env[1].name: Forbidden: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
 		},
 		"an override that sets the framework's env var on the trainer container cannot be built": {
 			runtime:   fullRuntime().Obj(),
@@ -317,7 +317,7 @@ func TestJobSet(t *testing.T) {
 			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
 				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("A", "x", "FRAMEWORK_VAR", "mine")}},
 			}).Obj(),
-			wantErr: "spec.podSpecOverrides[0].containers[0].env[1].name: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
+			wantErr: "spec.podSpecOverrides[0].containers[0].env[1].name: Forbidden: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
 		},
 		"an override may set the framework's env var name on a sidecar": {
 			runtime:   fullRuntime().Obj(),
@@ -341,7 +341,7 @@ func TestJobSet(t *testing.T) {
 			}(),
 			framework: stubFramework{},
 			trainJob:  tj().Obj(),
-			wantErr:   `TrainingRuntime "rt": container "node" of replicated job "node": FRAMEWORK_VAR is set by the stub framework and may not be set by hand`,
+			wantErr:   `TrainingRuntime "rt": spec.template.spec.replicatedJobs[2].template.spec.template.spec.containers[0].env[2].name: Forbidden: FRAMEWORK_VAR is set by the stub framework and may not be set by hand`,
 		},
 		"a framework that fails fails the build": {
 			runtime:   fullRuntime().Obj(),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -15,6 +16,7 @@ const StorageURIEnv = "STORAGE_URI"
 
 // initializer is what the TrainJob says about one initializer; both kinds have the same fields.
 type initializer struct {
+	field      string
 	ancestor   string
 	storageURI *string
 	env        []corev1.EnvVar
@@ -31,23 +33,24 @@ func applyInitializers(b *framework.Build) error {
 	}
 	var inits []initializer
 	if d := init.Dataset; d != nil {
-		inits = append(inits, initializer{trainer.AncestorDatasetInitializer, d.StorageUri, d.Env, d.SecretRef})
+		inits = append(inits, initializer{"dataset", trainer.AncestorDatasetInitializer, d.StorageUri, d.Env, d.SecretRef})
 	}
 	if m := init.Model; m != nil {
-		inits = append(inits, initializer{trainer.AncestorModelInitializer, m.StorageUri, m.Env, m.SecretRef})
+		inits = append(inits, initializer{"model", trainer.AncestorModelInitializer, m.StorageUri, m.Env, m.SecretRef})
 	}
 	for _, in := range inits {
 		jobs := ancestorJobs(b, in.ancestor)
 		if len(jobs) == 0 {
-			return fmt.Errorf("spec.initializer sets the %s, but %s has no replicated job labelled %s=%s",
-				in.ancestor, b.Runtime, trainer.AncestorStepLabel, in.ancestor)
+			return field.Forbidden(field.NewPath("spec", "initializer", in.field),
+				fmt.Sprintf("%s has no %s: no replicated job is labelled %s=%s", b.Runtime, in.ancestor, trainer.AncestorStepLabel, in.ancestor))
 		}
 		for _, j := range jobs {
 			job := &b.JobSet.Spec.ReplicatedJobs[j]
 			containers := job.Template.Spec.Template.Spec.Containers
 			i := containerIndex(containers, in.ancestor)
 			if i < 0 {
-				return fmt.Errorf("%s: replicated job %q has no container named %q", b.Runtime, job.Name, in.ancestor)
+				return b.RuntimeError(field.Required(framework.RuntimeJobsPath.Index(j).Child("template", "spec", "template", "spec", "containers"),
+					fmt.Sprintf("the %s job %q needs a container named %q", in.ancestor, job.Name, in.ancestor)))
 			}
 			c := &containers[i]
 			if in.storageURI != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -19,6 +20,7 @@ import (
 func applyPodSpecOverrides(b *framework.Build) error {
 	jobs := b.JobSet.Spec.ReplicatedJobs
 	for i, o := range b.TrainJob.Spec.PodSpecOverrides {
+		path := field.NewPath("spec", "podSpecOverrides").Index(i)
 		targets := o.TargetJobs
 		if len(targets) == 0 {
 			for _, job := range jobs {
@@ -28,17 +30,18 @@ func applyPodSpecOverrides(b *framework.Build) error {
 		for t, name := range targets {
 			j := slices.IndexFunc(jobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == name })
 			if j < 0 {
-				return fmt.Errorf("spec.podSpecOverrides[%d].targetJobs[%d]: %s has no replicated job %q", i, t, b.Runtime, name)
+				return field.Invalid(path.Child("targetJobs").Index(t), name, fmt.Sprintf("%s has no replicated job of that name", b.Runtime))
 			}
-			if err := overridePodSpec(&jobs[j].Template.Spec.Template.Spec, &o, i); err != nil {
-				return fmt.Errorf("%w in replicated job %q of %s", err, name, b.Runtime)
+			where := fmt.Sprintf("replicated job %q of %s", name, b.Runtime)
+			if err := overridePodSpec(&jobs[j].Template.Spec.Template.Spec, &o, path, where); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-func overridePodSpec(spec *corev1.PodSpec, o *trainer.PodSpecOverride, i int) error {
+func overridePodSpec(spec *corev1.PodSpec, o *trainer.PodSpecOverride, path *field.Path, where string) error {
 	if o.ServiceAccountName != nil {
 		spec.ServiceAccountName = *o.ServiceAccountName
 	}
@@ -55,17 +58,17 @@ func overridePodSpec(spec *corev1.PodSpec, o *trainer.PodSpecOverride, i int) er
 	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, o.Volumes...)
 	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, o.SchedulingGates...)
 	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, o.ImagePullSecrets...)
-	if err := overrideContainers(spec.InitContainers, o.InitContainers, fmt.Sprintf("spec.podSpecOverrides[%d].initContainers", i)); err != nil {
+	if err := overrideContainers(spec.InitContainers, o.InitContainers, path.Child("initContainers"), "init container", where); err != nil {
 		return err
 	}
-	return overrideContainers(spec.Containers, o.Containers, fmt.Sprintf("spec.podSpecOverrides[%d].containers", i))
+	return overrideContainers(spec.Containers, o.Containers, path.Child("containers"), "container", where)
 }
 
-func overrideContainers(containers []corev1.Container, overrides []trainer.ContainerOverride, path string) error {
+func overrideContainers(containers []corev1.Container, overrides []trainer.ContainerOverride, path *field.Path, kind, where string) error {
 	for i, o := range overrides {
 		c := containerIndex(containers, o.Name)
 		if c < 0 {
-			return fmt.Errorf("%s[%d].name: no container %q", path, i, o.Name)
+			return field.Invalid(path.Index(i).Child("name"), o.Name, fmt.Sprintf("%s has no %s of that name", where, kind))
 		}
 		containers[c].Env = upsert.Env(containers[c].Env, o.Env...)
 		containers[c].VolumeMounts = upsert.ByKey(containers[c].VolumeMounts, upsert.MountPath, o.VolumeMounts...)

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trainjob/operator/internal/framework"
 )
@@ -18,29 +18,26 @@ func checkReservedEnv(b *framework.Build, fw framework.Framework) error {
 	if len(reserved) == 0 {
 		return nil
 	}
-	check := func(env []corev1.EnvVar, where func(i int) string) error {
+	// check returns the error of the first reserved var of env, whose list is at path.
+	check := func(env []corev1.EnvVar, path *field.Path) *field.Error {
 		for i, e := range env {
 			if slices.Contains(reserved, e.Name) {
-				return fmt.Errorf("%s: %s is set by the %s framework and may not be set by hand", where(i), e.Name, fw.Name())
+				return field.Forbidden(path.Index(i).Child("name"),
+					fmt.Sprintf("%s is set by the %s framework and may not be set by hand", e.Name, fw.Name()))
 			}
 		}
 		return nil
 	}
 
-	job, container := b.TrainerJob().Name, b.TrainerContainer().Name
-	runtimeJob := b.Runtime.Spec.Template.Spec.ReplicatedJobs[slices.IndexFunc(b.Runtime.Spec.Template.Spec.ReplicatedJobs,
-		func(j jobsetv1alpha2.ReplicatedJob) bool { return j.Name == job })]
-	runtimeContainers := runtimeJob.Template.Spec.Template.Spec.Containers
-	if err := check(runtimeContainers[containerIndex(runtimeContainers, container)].Env, func(int) string {
-		return fmt.Sprintf("%s: container %q of replicated job %q", b.Runtime, container, job)
-	}); err != nil {
-		return err
+	if err := check(b.RuntimeTrainerContainer().Env, b.TrainerContainerPath().Child("env")); err != nil {
+		return b.RuntimeError(err)
 	}
 	if t := b.TrainJob.Spec.Trainer; t != nil {
-		if err := check(t.Env, func(i int) string { return fmt.Sprintf("spec.trainer.env[%d].name", i) }); err != nil {
+		if err := check(t.Env, framework.TrainerPath.Child("env")); err != nil {
 			return err
 		}
 	}
+	job, container := b.TrainerJob().Name, b.TrainerContainer().Name
 	for i, o := range b.TrainJob.Spec.PodSpecOverrides {
 		if len(o.TargetJobs) > 0 && !slices.Contains(o.TargetJobs, job) {
 			continue
@@ -49,9 +46,7 @@ func checkReservedEnv(b *framework.Build, fw framework.Framework) error {
 			if c.Name != container {
 				continue
 			}
-			if err := check(c.Env, func(k int) string {
-				return fmt.Sprintf("spec.podSpecOverrides[%d].containers[%d].env[%d].name", i, j, k)
-			}); err != nil {
+			if err := check(c.Env, field.NewPath("spec", "podSpecOverrides").Index(i).Child("containers").Index(j).Child("env")); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -20,14 +21,15 @@ var trainerContainerNames = []string{"node", "trainer"}
 // trainer job's parallelism and completions to the number of nodes.
 func applyTrainer(b *framework.Build) error {
 	jobs := ancestorJobs(b, trainer.AncestorTrainer)
+	label := trainer.AncestorStepLabel + "=" + trainer.AncestorTrainer
 	switch len(jobs) {
 	case 0:
-		return fmt.Errorf("%s has no replicated job whose pod template is labelled %s=%s",
-			b.Runtime, trainer.AncestorStepLabel, trainer.AncestorTrainer)
+		return b.RuntimeError(field.Required(framework.RuntimeJobsPath,
+			fmt.Sprintf("the pod template of one replicated job must be labelled %s: that job runs the trainer", label)))
 	case 1:
 	default:
-		return fmt.Errorf("%s has %d replicated jobs labelled %s=%s; exactly one must be",
-			b.Runtime, len(jobs), trainer.AncestorStepLabel, trainer.AncestorTrainer)
+		return b.RuntimeError(field.Invalid(framework.RuntimeJobsPath.Index(jobs[1]).Child("template", "spec", "template", "metadata", "labels"),
+			label, "only one replicated job may run the trainer"))
 	}
 	job := &b.JobSet.Spec.ReplicatedJobs[jobs[0]]
 	container := -1
@@ -37,8 +39,8 @@ func applyTrainer(b *framework.Build) error {
 		}
 	}
 	if container < 0 {
-		return fmt.Errorf("%s: replicated job %q has no trainer container: name it %q or %q",
-			b.Runtime, job.Name, trainerContainerNames[0], trainerContainerNames[1])
+		return b.RuntimeError(field.Required(framework.RuntimeJobsPath.Index(jobs[0]).Child("template", "spec", "template", "spec", "containers"),
+			fmt.Sprintf("the trainer job %q needs a container named %q or %q", job.Name, trainerContainerNames[0], trainerContainerNames[1])))
 	}
 	b.SetTrainer(jobs[0], container)
 

@@ -6,6 +6,7 @@ package framework
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -81,6 +82,21 @@ func (b *Build) TrainerContainer() *corev1.Container {
 // SetTrainer records where the trainer job and container are. The pipeline calls it once.
 func (b *Build) SetTrainer(job, container int) {
 	b.trainerJob, b.trainerContainer = job, container
+}
+
+// RuntimeTrainerContainer is the trainer container as the runtime has it, before any of the
+// TrainJob's values were applied.
+func (b *Build) RuntimeTrainerContainer() *corev1.Container {
+	return &b.Runtime.Spec.Template.Spec.ReplicatedJobs[b.trainerJob].Template.Spec.Template.Spec.Containers[b.trainerContainer]
+}
+
+// NumNodesError says that NumNodes does not fit, at the field it came from: the TrainJob's
+// spec.trainer.numNodes, else the runtime's spec.mlPolicy.numNodes.
+func (b *Build) NumNodesError(detail string) error {
+	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
+		return field.Invalid(TrainerPath.Child("numNodes"), b.NumNodes, detail)
+	}
+	return b.RuntimeError(field.Invalid(MLPolicyPath.Child("numNodes"), b.NumNodes, detail))
 }
 
 // MLPolicy returns the runtime's ML policy, or nil when it has none.

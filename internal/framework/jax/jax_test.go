@@ -47,7 +47,7 @@ func TestJAX(t *testing.T) {
 		"a TrainJob that sets JAX_PROCESS_ID by hand cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().JAX().Obj(),
 			trainJob: utiltesting.MakeTrainJob("llm", "ns").Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: EnvProcessID, Value: "0"}}}).Obj(),
-			wantErr:  "spec.trainer.env[0].name: JAX_PROCESS_ID is set by the jax framework and may not be set by hand",
+			wantErr:  "spec.trainer.env[0].name: Forbidden: JAX_PROCESS_ID is set by the jax framework and may not be set by hand",
 		},
 	}
 	for name, tc := range cases {

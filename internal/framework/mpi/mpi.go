@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -67,13 +68,14 @@ func (mpi) Apply(b *framework.Build) error {
 	impl := ptr.Deref(policy.MPIImplementation, DefaultMPIImplementation)
 	hostfileEnv, ok := hostfileEnvs[impl]
 	if !ok {
-		return fmt.Errorf("%s: mlPolicy.mpi.mpiImplementation %q is not one of OpenMPI, Intel, MPICH", b.Runtime, impl)
+		return b.RuntimeError(field.NotSupported(framework.MLPolicyPath.Child("mpi", "mpiImplementation"), impl,
+			[]trainer.MPIImplementation{trainer.MPIImplementationOpenMPI, trainer.MPIImplementationIntel, trainer.MPIImplementationMPICH}))
 	}
 	launcherAsNode := ptr.Deref(policy.RunLauncherAsNode, false)
 	launcher := b.TrainerJob()
 	if launcher.Name == NodeJob {
-		return fmt.Errorf("%s: the MPI launcher, the replicated job labelled %s=%s, may not be named %q: that name is the node job's",
-			b.Runtime, trainer.AncestorStepLabel, trainer.AncestorTrainer, NodeJob)
+		return b.RuntimeError(field.Invalid(b.TrainerJobPath().Child("name"), launcher.Name,
+			fmt.Sprintf("the MPI launcher, the job labelled %s=%s, needs a name of its own: %q is the node job's", trainer.AncestorStepLabel, trainer.AncestorTrainer, NodeJob)))
 	}
 	nodeJob, node, err := nodeJobAndContainer(b)
 	if err != nil {
@@ -86,17 +88,14 @@ func (mpi) Apply(b *framework.Build) error {
 	nodePods := b.NumNodes
 	if launcherAsNode {
 		if b.NumNodes < 2 {
-			return fmt.Errorf("%s: mlPolicy.mpi.runLauncherAsNode needs numNodes of at least 2, the launcher and one node, but it is %d",
-				b.Runtime, b.NumNodes)
+			return b.NumNodesError("must be at least 2 with mlPolicy.mpi.runLauncherAsNode: the launcher and one node")
 		}
 		nodePods--
 	}
 
 	b.SetNodes(1)
 	nodeJob.Template.Spec.Parallelism, nodeJob.Template.Spec.Completions = ptr.To(nodePods), ptr.To(nodePods)
-	if err := applyResources(b, node, launcherAsNode); err != nil {
-		return err
-	}
+	applyResources(b, node, launcherAsNode)
 
 	if err := addSSHAuth(b, &nodeJob.Template.Spec.Template.Spec, node, ptr.Deref(policy.SSHAuthMountPath, DefaultSSHAuthMountPath)); err != nil {
 		return err
@@ -107,15 +106,19 @@ func (mpi) Apply(b *framework.Build) error {
 
 // nodeJobAndContainer finds the node job and its sshd container in the JobSet being built.
 func nodeJobAndContainer(b *framework.Build) (*jobsetv1alpha2.ReplicatedJob, *corev1.Container, error) {
-	job := jobByName(b.JobSet.Spec.ReplicatedJobs, NodeJob)
-	if job == nil {
-		return nil, nil, fmt.Errorf("%s has no replicated job %q: MPI runs its processes on the pods of the node job", b.Runtime, NodeJob)
+	jobs := b.JobSet.Spec.ReplicatedJobs
+	j := slices.IndexFunc(jobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == NodeJob })
+	if j < 0 {
+		return nil, nil, b.RuntimeError(field.Required(framework.RuntimeJobsPath,
+			fmt.Sprintf("MPI runs its processes on the pods of a replicated job named %q", NodeJob)))
 	}
-	c := containerByName(job.Template.Spec.Template.Spec.Containers, NodeContainer)
-	if c == nil {
-		return nil, nil, fmt.Errorf("%s: replicated job %q has no container named %q to run sshd", b.Runtime, NodeJob, NodeContainer)
+	containers := jobs[j].Template.Spec.Template.Spec.Containers
+	c := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == NodeContainer })
+	if c < 0 {
+		return nil, nil, b.RuntimeError(field.Required(framework.RuntimeJobsPath.Index(j).Child("template", "spec", "template", "spec", "containers"),
+			fmt.Sprintf("the node job needs a container named %q to run sshd", NodeContainer)))
 	}
-	return job, c, nil
+	return &jobs[j], &containers[c], nil
 }
 
 // numProcPerNode is the number of slots per node: the TrainJob's spec.trainer.numProcPerNode,
@@ -125,14 +128,14 @@ func numProcPerNode(b *framework.Build, policy *trainer.MPIMLPolicySource) (int3
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
 		n, err := strconv.ParseInt(*t.NumProcPerNode, 10, 32)
 		if err != nil || n < 1 {
-			return 0, fmt.Errorf("spec.trainer.numProcPerNode: %q is not a positive integer, which the MPI framework needs as the slots per node",
-				*t.NumProcPerNode)
+			return 0, field.Invalid(framework.TrainerPath.Child("numProcPerNode"), *t.NumProcPerNode,
+				"MPI needs a positive integer: the slots per node")
 		}
 		return int32(n), nil
 	}
 	n := ptr.Deref(policy.NumProcPerNode, DefaultNumProcPerNode)
 	if n < 1 {
-		return 0, fmt.Errorf("%s: mlPolicy.mpi.numProcPerNode is %d; it must be at least 1", b.Runtime, n)
+		return 0, b.RuntimeError(field.Invalid(framework.MLPolicyPath.Child("mpi", "numProcPerNode"), n, "must be at least 1"))
 	}
 	return n, nil
 }
@@ -141,44 +144,19 @@ func numProcPerNode(b *framework.Build, policy *trainer.MPIMLPolicySource) (int3
 // pipeline gave only to the launcher: every MPI process must run the same image, and the node
 // pods are the nodes. A launcher that is not a node only runs mpirun, so it gets the runtime's
 // resources back.
-func applyResources(b *framework.Build, node *corev1.Container, launcherAsNode bool) error {
+func applyResources(b *framework.Build, node *corev1.Container, launcherAsNode bool) {
 	t := b.TrainJob.Spec.Trainer
 	if t == nil {
-		return nil
+		return
 	}
 	if t.Image != nil {
 		node.Image = *t.Image
 	}
 	if t.ResourcesPerNode == nil {
-		return nil
+		return
 	}
 	node.Resources = *t.ResourcesPerNode.DeepCopy()
-	if launcherAsNode {
-		return nil
+	if !launcherAsNode {
+		b.TrainerContainer().Resources = *b.RuntimeTrainerContainer().Resources.DeepCopy()
 	}
-	launcher, c := b.TrainerJob().Name, b.TrainerContainer()
-	job := jobByName(b.Runtime.Spec.Template.Spec.ReplicatedJobs, launcher)
-	if job == nil {
-		return fmt.Errorf("%s has no replicated job %q", b.Runtime, launcher)
-	}
-	original := containerByName(job.Template.Spec.Template.Spec.Containers, c.Name)
-	if original == nil {
-		return fmt.Errorf("%s: replicated job %q has no container %q", b.Runtime, launcher, c.Name)
-	}
-	c.Resources = *original.Resources.DeepCopy()
-	return nil
-}
-
-func jobByName(jobs []jobsetv1alpha2.ReplicatedJob, name string) *jobsetv1alpha2.ReplicatedJob {
-	if i := slices.IndexFunc(jobs, func(j jobsetv1alpha2.ReplicatedJob) bool { return j.Name == name }); i >= 0 {
-		return &jobs[i]
-	}
-	return nil
-}
-
-func containerByName(containers []corev1.Container, name string) *corev1.Container {
-	if i := slices.IndexFunc(containers, func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
-		return &containers[i]
-	}
-	return nil
 }

@@ -226,56 +226,56 @@ func TestMPI(t *testing.T) {
 		"numProcPerNode auto is torchrun's, not a number of MPI slots": {
 			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
 			trainJob: trainJob().NumProcPerNode("auto").Obj(),
-			wantErr:  `spec.trainer.numProcPerNode: "auto" is not a positive integer`,
+			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "auto": MPI needs a positive integer: the slots per node`,
 		},
 		"numProcPerNode 0 is no slots": {
 			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
 			trainJob: trainJob().NumProcPerNode("0").Obj(),
-			wantErr:  `spec.trainer.numProcPerNode: "0" is not a positive integer`,
+			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "0": MPI needs a positive integer: the slots per node`,
 		},
 		"runLauncherAsNode on one node leaves no node pod": {
 			runtime:  mpiRuntime(2, &trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)}).Obj(),
 			trainJob: trainJob().NumNodes(1).Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi": mlPolicy.mpi.runLauncherAsNode needs numNodes of at least 2, the launcher and one node, but it is 1`,
+			wantErr:  `spec.trainer.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode: the launcher and one node`,
 		},
 		"a runtime numProcPerNode of 0 that did not come through the API server is no slots": {
 			runtime:  mpiRuntime(1, openMPI(0)).Obj(),
 			trainJob: trainJob().Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi": mlPolicy.mpi.numProcPerNode is 0; it must be at least 1`,
+			wantErr:  `ClusterTrainingRuntime "mpi": spec.mlPolicy.mpi.numProcPerNode: Invalid value: 0: must be at least 1`,
 		},
 		"an unknown MPI implementation has no hostfile syntax": {
 			runtime:  mpiRuntime(1, &trainer.MPIMLPolicySource{MPIImplementation: ptr.To[trainer.MPIImplementation]("MVAPICH")}).Obj(),
 			trainJob: trainJob().Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi": mlPolicy.mpi.mpiImplementation "MVAPICH" is not one of OpenMPI, Intel, MPICH`,
+			wantErr:  `ClusterTrainingRuntime "mpi": spec.mlPolicy.mpi.mpiImplementation: Unsupported value: "MVAPICH": supported values: "OpenMPI", "Intel", "MPICH"`,
 		},
 		"a runtime without a node job cannot be built": {
 			runtime: mpiRuntime(1, openMPI(1)).ReplicatedJobs(
 				utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node"),
 				utiltesting.ReplicatedJob("worker", "", "node")).Obj(),
 			trainJob: trainJob().Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi" has no replicated job "node"`,
+			wantErr:  `ClusterTrainingRuntime "mpi": spec.template.spec.replicatedJobs: Required value: MPI runs its processes on the pods of a replicated job named "node"`,
 		},
 		"a node job without a node container cannot be built": {
 			runtime: mpiRuntime(1, openMPI(1)).ReplicatedJobs(
 				utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node"),
 				utiltesting.ReplicatedJob("node", "", "sshd")).Obj(),
 			trainJob: trainJob().Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi": replicated job "node" has no container named "node"`,
+			wantErr:  `ClusterTrainingRuntime "mpi": spec.template.spec.replicatedJobs[1].template.spec.template.spec.containers: Required value: the node job needs a container named "node" to run sshd`,
 		},
 		"a launcher named node cannot be built": {
 			runtime:  mpiRuntime(1, openMPI(1)).ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).Obj(),
 			trainJob: trainJob().Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi": the MPI launcher, the replicated job labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer, may not be named "node"`,
+			wantErr:  `ClusterTrainingRuntime "mpi": spec.template.spec.replicatedJobs[0].name: Invalid value: "node": the MPI launcher, the job labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer, needs a name of its own: "node" is the node job's`,
 		},
 		"a TrainJob that sets the OpenMPI hostfile variable cannot be built": {
 			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
 			trainJob: trainJob().Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: "OMPI_MCA_orte_default_hostfile", Value: "/mine"}}}).Obj(),
-			wantErr:  "spec.trainer.env[0].name: OMPI_MCA_orte_default_hostfile is set by the mpi framework and may not be set by hand",
+			wantErr:  "spec.trainer.env[0].name: Forbidden: OMPI_MCA_orte_default_hostfile is set by the mpi framework and may not be set by hand",
 		},
 		"an Intel runtime reserves the other implementations' variables too": {
 			runtime:  mpiRuntime(1, &trainer.MPIMLPolicySource{MPIImplementation: ptr.To(trainer.MPIImplementationIntel)}).Obj(),
 			trainJob: trainJob().Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "HYDRA_HOST_FILE", Value: "/mine"}}}).Obj(),
-			wantErr:  "spec.trainer.env[1].name: HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
+			wantErr:  "spec.trainer.env[1].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
 		},
 		"an override that sets the Intel hostfile variable on the launcher cannot be built": {
 			runtime: mpiRuntime(1, openMPI(1)).Obj(),
@@ -283,7 +283,7 @@ func TestMPI(t *testing.T) {
 				TargetJobs: []string{"launcher"},
 				Containers: []trainer.ContainerOverride{{Name: "node", Env: []corev1.EnvVar{{Name: "I_MPI_HYDRA_HOST_FILE", Value: "/mine"}}}},
 			}).Obj(),
-			wantErr: "spec.podSpecOverrides[0].containers[0].env[0].name: I_MPI_HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
+			wantErr: "spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: I_MPI_HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
 		},
 		"a runtime whose launcher sets the hostfile variable cannot be built": {
 			runtime: func() trainer.TrainingRuntimeSpec {
@@ -293,7 +293,7 @@ func TestMPI(t *testing.T) {
 				return rt
 			}(),
 			trainJob: trainJob().Obj(),
-			wantErr:  `ClusterTrainingRuntime "mpi": container "node" of replicated job "launcher": OMPI_MCA_orte_default_hostfile is set by the mpi framework and may not be set by hand`,
+			wantErr:  `ClusterTrainingRuntime "mpi": spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: OMPI_MCA_orte_default_hostfile is set by the mpi framework and may not be set by hand`,
 		},
 	}
 	for name, tc := range cases {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -75,7 +76,8 @@ func (torch) Apply(b *framework.Build) error {
 // lets torchrun and the JobSet restart the training maxRestarts times.
 func applyElastic(b *framework.Build, elastic *trainer.TorchElasticPolicy, master string) error {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
-		return fmt.Errorf("spec.trainer.numNodes cannot be set: %s is elastic, its torch.elasticPolicy sizes the job", b.Runtime)
+		return field.Forbidden(framework.TrainerPath.Child("numNodes"),
+			fmt.Sprintf("%s is elastic: its torch.elasticPolicy sizes the job", b.Runtime))
 	}
 	minNodes := ptr.Deref(elastic.MinNodes, 1)
 	maxNodes := ptr.Deref(elastic.MaxNodes, minNodes)
@@ -102,9 +104,14 @@ func applyElastic(b *framework.Build, elastic *trainer.TorchElasticPolicy, maste
 // and "auto" is "gpu" when the container has GPUs, else "cpu".
 func numProcPerNode(b *framework.Build, policy *trainer.TorchMLPolicySource) (string, error) {
 	value := ptr.Deref(policy.NumProcPerNode, "auto")
-	field := "torch.numProcPerNode of " + b.Runtime.String()
+	invalid := func(detail string) error {
+		return b.RuntimeError(field.Invalid(framework.MLPolicyPath.Child("torch", "numProcPerNode"), value, detail))
+	}
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
-		value, field = *t.NumProcPerNode, "spec.trainer.numProcPerNode"
+		value = *t.NumProcPerNode
+		invalid = func(detail string) error {
+			return field.Invalid(framework.TrainerPath.Child("numProcPerNode"), value, detail)
+		}
 	}
 	c := b.TrainerContainer()
 	gpus := framework.GPUs(c)
@@ -116,14 +123,14 @@ func numProcPerNode(b *framework.Build, policy *trainer.TorchMLPolicySource) (st
 		return strconv.FormatInt(framework.CPUs(c), 10), nil
 	case "gpu":
 		if gpus == 0 {
-			return "", fmt.Errorf("%s is gpu, but the trainer container %q has no GPU resource", field, c.Name)
+			return "", invalid(fmt.Sprintf("the trainer container %q has no GPU resource", c.Name))
 		}
 		return strconv.FormatInt(gpus, 10), nil
 	case "cpu":
 		return strconv.FormatInt(framework.CPUs(c), 10), nil
 	}
 	if n, err := strconv.Atoi(value); err != nil || n < 1 {
-		return "", fmt.Errorf("%s is %q: it must be auto, cpu, gpu or a positive integer", field, value)
+		return "", invalid("must be auto, cpu, gpu or a positive integer")
 	}
 	return value, nil
 }

@@ -101,7 +101,7 @@ func TestTorch(t *testing.T) {
 		"gpu on a node without GPUs cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("8", "")}).Obj(),
-			wantErr:  `torch.numProcPerNode of TrainingRuntime "torch" is gpu, but the trainer container "node" has no GPU resource`,
+			wantErr:  `TrainingRuntime "torch": spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`,
 		},
 		"an explicit number is used as is, even with GPUs": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("3")}).Obj(),
@@ -116,7 +116,7 @@ func TestTorch(t *testing.T) {
 		"a TrainJob's invalid numProcPerNode names the TrainJob's field": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
 			trainJob: tj().NumProcPerNode("0").Obj(),
-			wantErr:  `spec.trainer.numProcPerNode is "0": it must be auto, cpu, gpu or a positive integer`,
+			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "0": must be auto, cpu, gpu or a positive integer`,
 		},
 		"elastic runs maxNodes pods with a c10d rendezvous and the JobSet restarts as torchrun does": {
 			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
@@ -169,7 +169,7 @@ func TestTorch(t *testing.T) {
 				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
 			}).Obj(),
 			trainJob: tj().NumNodes(2).Obj(),
-			wantErr:  `spec.trainer.numNodes cannot be set: TrainingRuntime "torch" is elastic`,
+			wantErr:  `spec.trainer.numNodes: Forbidden: TrainingRuntime "torch" is elastic: its torch.elasticPolicy sizes the job`,
 		},
 		"addresses use the trainer job's own name": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("worker", trainer.AncestorTrainer, "trainer")).
@@ -191,7 +191,7 @@ func TestTorch(t *testing.T) {
 		"a TrainJob that sets PET_NNODES by hand cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: EnvNumNodes, Value: "9"}}}).Obj(),
-			wantErr:  "spec.trainer.env[0].name: PET_NNODES is set by the torch framework and may not be set by hand",
+			wantErr:  "spec.trainer.env[0].name: Forbidden: PET_NNODES is set by the torch framework and may not be set by hand",
 		},
 	}
 	for name, tc := range cases {

@@ -91,5 +91,5 @@ func TestXGBoostReservesItsEnv(t *testing.T) {
 	spec := utiltesting.MakeRuntimeSpec().XGBoost(&trainer.XGBoostMLPolicySource{}).Obj()
 	tj := utiltesting.MakeTrainJob("boost", "ns").Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: EnvNumWorker, Value: "3"}}}).Obj()
 	_, err := build.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "xgboost", Spec: &spec}, New())
-	require.ErrorContains(t, err, "spec.trainer.env[0].name: DMLC_NUM_WORKER is set by the xgboost framework and may not be set by hand")
+	require.ErrorContains(t, err, "spec.trainer.env[0].name: Forbidden: DMLC_NUM_WORKER is set by the xgboost framework and may not be set by hand")
 }

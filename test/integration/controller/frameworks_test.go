@@ -133,7 +133,7 @@ func TestReservedEnvIsABuildFailure(t *testing.T) {
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
 	})
-	assert.Equal(t, "spec.trainer.env[0].name: PET_MASTER_PORT is set by the torch framework and may not be set by hand",
+	assert.Equal(t, "spec.trainer.env[0].name: Forbidden: PET_MASTER_PORT is set by the torch framework and may not be set by hand",
 		apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message)
 }
 

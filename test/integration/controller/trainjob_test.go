@@ -312,7 +312,7 @@ func TestBuildFailureIsReportedAndRecoversWhenTheRuntimeIsFixed(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
 	})
 	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
-		`TrainingRuntime "broken" has no replicated job whose pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer`)
+		`TrainingRuntime "broken": spec.template.spec.replicatedJobs: Required value: the pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer`)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, eventReasons(t, got), "Warning/"+trainer.TrainJobJobsBuildFailedReason)
 	}, timeout, interval)
