@@ -80,26 +80,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 
-	// 1. Resolve the runtime. One that is still missing after the grace period fails the TrainJob.
-	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
-	if errors.Is(err, trainingruntime.ErrNotFound) {
-		if wait := r.runtimeGracePeriod - time.Since(tj.CreationTimestamp.Time); wait > 0 {
-			return ctrl.Result{RequeueAfter: wait}, nil
-		}
-		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobRuntimeNotFoundReason,
-			fmt.Sprintf("The runtime of spec.runtimeRef cannot be found: %v", err))
-		return ctrl.Result{}, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	// The runtime may have changed framework since the event was queued: leave the TrainJob to
-	// the controller of its new framework, which its runtime's event queued as well.
-	if framework.Select(r.frameworks, rt.Spec.MLPolicy) != r.framework {
-		return ctrl.Result{}, nil
-	}
-
-	// 2. Read the JobSet the TrainJob already has, if any.
+	// 1. Read the JobSet the TrainJob already has, if any.
 	js := &jobsetv1alpha2.JobSet{}
 	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), js); {
 	case apierrors.IsNotFound(err):
@@ -112,12 +93,34 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, nil
 	}
 
+	// 2. Resolve the runtime. Without a JobSet, a runtime still missing after the grace period
+	// fails the TrainJob. With one, the runtime was deleted while in use: runtimes are blueprints,
+	// so the TrainJob goes on as it was built, and can still be suspended and resumed.
+	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
+	switch {
+	case errors.Is(err, trainingruntime.ErrNotFound) && js != nil:
+		rt = nil
+	case errors.Is(err, trainingruntime.ErrNotFound):
+		if wait := r.runtimeGracePeriod - time.Since(tj.CreationTimestamp.Time); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobRuntimeNotFoundReason,
+			fmt.Sprintf("The runtime of spec.runtimeRef cannot be found: %v", err))
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case framework.Select(r.frameworks, rt.Spec.MLPolicy) != r.framework:
+		// The runtime changed framework since the event was queued: the controller of the new
+		// framework, which the runtime's event queued as well, takes the TrainJob.
+		return ctrl.Result{}, nil
+	}
+
 	// 3. Write the JobSet. A running JobSet is never rewritten: changes to the TrainJob or its
-	// runtime reach it only while it is suspended. Suspending one only flips its suspend flag.
-	// A JobSet whose pods may start waits for its gang's PodGroup.
+	// runtime reach it only while it is suspended. Otherwise only its suspend flag follows the
+	// TrainJob's. A JobSet whose pods may start waits for its gang's PodGroup.
 	suspend := ptr.Deref(tj.Spec.Suspend, false)
 	switch {
-	case js == nil || ptr.Deref(js.Spec.Suspend, false):
+	case rt != nil && (js == nil || ptr.Deref(js.Spec.Suspend, false)):
 		if !suspend {
 			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
 				return ctrl.Result{}, err
@@ -133,13 +136,13 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
 		log.V(2).Info("Applied JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
-	case suspend:
+	case ptr.Deref(js.Spec.Suspend, false) != suspend:
 		patch := client.MergeFrom(js.DeepCopy())
-		js.Spec.Suspend = ptr.To(true)
+		js.Spec.Suspend = ptr.To(suspend)
 		if err := r.client.Patch(ctx, js, patch, client.FieldOwner(fieldManager(r.framework))); err != nil {
-			return ctrl.Result{}, fmt.Errorf("suspending JobSet %s: %w", klog.KObj(js), err)
+			return ctrl.Result{}, fmt.Errorf("setting suspend of JobSet %s to %t: %w", klog.KObj(js), suspend, err)
 		}
-		log.V(2).Info("Suspended JobSet", "jobSet", klog.KObj(js))
+		log.V(2).Info("Set JobSet suspend", "jobSet", klog.KObj(js), "suspend", suspend)
 	}
 	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
 		fmt.Sprintf("JobSet %q is created", tj.Name))

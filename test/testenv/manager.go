@@ -2,28 +2,40 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/trainjob/operator/internal/controller"
+	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
 
 // StartManager starts the operator's manager as cmd/main.go builds it, with every controller,
-// against cfg, and waits for its cache. The returned function stops it and waits until it has.
-// Controllers may be registered again in the same process, so a test can restart the manager.
-func StartManager(cfg *rest.Config, scheme *runtime.Scheme, opts controller.Options) (func(), error) {
-	cacheOpts, err := controller.CacheOptions(cfg, scheme)
+// against a started environment, and waits for its cache. When the environment has webhooks
+// (WithWebhooks), the manager serves them, and StartManager waits until it does. The returned
+// function stops the manager and waits until it has. Controllers may be registered again in the
+// same process, so a test can restart the manager.
+func StartManager(env *envtest.Environment, scheme *runtime.Scheme, opts controller.Options) (func(), error) {
+	cacheOpts, err := controller.CacheOptions(env.Config, scheme)
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	hooks := env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  scheme,
 		Cache:   cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: hooks.LocalServingHost, Port: hooks.LocalServingPort, CertDir: hooks.LocalServingCertDir,
+		}),
 	})
 	if err != nil {
 		return nil, err
@@ -34,11 +46,39 @@ func StartManager(cfg *rest.Config, scheme *runtime.Scheme, opts controller.Opti
 		cancel()
 		return nil, err
 	}
+	if len(hooks.Paths) > 0 {
+		if err := operatorwebhook.Setup(mgr, controller.Frameworks()); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
+	stop := func() { cancel(); <-done }
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		cancel()
-		return nil, fmt.Errorf("the manager's cache did not sync: %w", <-done)
+		stop()
+		return nil, fmt.Errorf("the manager's cache did not sync")
 	}
-	return func() { cancel(); <-done }, nil
+	if len(hooks.Paths) > 0 {
+		if err := waitForTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	return stop, nil
+}
+
+// waitForTLS waits until a TLS server accepts connections at addr.
+func waitForTLS(addr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // Only to see that it serves.
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the webhook server did not start at %s: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

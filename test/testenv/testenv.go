@@ -29,23 +29,41 @@ var (
 
 type crd struct{ module, path string }
 
+// settings are what the options change.
+type settings struct {
+	crds     []crd
+	webhooks bool
+}
+
 // Option changes the environment New returns.
-type Option func(*[]crd)
+type Option func(*settings)
 
 // WithoutPodGroupCRDs leaves the PodGroup CRDs out, as in a cluster without a gang scheduler.
-func WithoutPodGroupCRDs(crds *[]crd) {
-	*crds = slices.DeleteFunc(*crds, func(c crd) bool { return slices.Contains(podGroupCRDs, c) })
+func WithoutPodGroupCRDs(s *settings) {
+	s.crds = slices.DeleteFunc(s.crds, func(c crd) bool { return slices.Contains(podGroupCRDs, c) })
 }
+
+// WithWebhooks installs the operator's webhook configurations (config/webhook), pointed at a
+// server on loopback with certificates envtest makes; StartManager serves them there.
+func WithWebhooks(s *settings) { s.webhooks = true }
 
 // CRDPaths returns the files and folders holding the CRDs to install: config/crd/bases of this
 // repository, JobSet's, and the PodGroups', the third-party ones from the Go module cache.
 func CRDPaths(opts ...Option) ([]string, error) {
-	crds := append([]crd{{"", "config/crd/bases"}, jobSetCRD}, podGroupCRDs...)
+	return crdPaths(newSettings(opts))
+}
+
+func newSettings(opts []Option) *settings {
+	s := &settings{crds: append([]crd{{"", "config/crd/bases"}, jobSetCRD}, podGroupCRDs...)}
 	for _, opt := range opts {
-		opt(&crds)
+		opt(s)
 	}
+	return s
+}
+
+func crdPaths(s *settings) ([]string, error) {
 	var paths []string
-	for _, c := range crds {
+	for _, c := range s.crds {
 		dir, err := moduleDir(c.module)
 		if err != nil {
 			return nil, err
@@ -70,7 +88,8 @@ func assetsDir() (string, error) {
 
 // New returns an environment with all the CRDs, ready to Start, with the binaries of assetsDir.
 func New(opts ...Option) (*envtest.Environment, error) {
-	paths, err := CRDPaths(opts...)
+	s := newSettings(opts)
+	paths, err := crdPaths(s)
 	if err != nil {
 		return nil, err
 	}
@@ -78,11 +97,19 @@ func New(opts ...Option) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &envtest.Environment{
+	env := &envtest.Environment{
 		CRDDirectoryPaths:     paths,
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
-	}, nil
+	}
+	if s.webhooks {
+		root, err := moduleDir("")
+		if err != nil {
+			return nil, err
+		}
+		env.WebhookInstallOptions.Paths = []string{filepath.Join(root, "config", "webhook")}
+	}
+	return env, nil
 }
 
 // moduleDir asks the go command where a module is: the main module for "", else the module cache

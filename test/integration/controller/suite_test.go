@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -38,6 +39,7 @@ const runtimeGracePeriod = 2 * time.Second
 var (
 	k8sClient client.Client
 	restCfg   *rest.Config
+	testEnv   *envtest.Environment
 	scheme    = runtime.NewScheme()
 	// stopManager stops the manager that runs now; restartManager replaces it.
 	stopManager func()
@@ -45,7 +47,7 @@ var (
 
 // startManager starts the operator's manager with the suite's settings.
 func startManager() (func(), error) {
-	return testenv.StartManager(restCfg, scheme, controller.Options{
+	return testenv.StartManager(testEnv, scheme, controller.Options{
 		MaxConcurrentReconciles: 4,
 		RuntimeGracePeriod:      runtimeGracePeriod,
 	})
@@ -89,7 +91,7 @@ func run(m *testing.M) int {
 	}
 	defer stopGC()
 
-	restCfg = cfg
+	restCfg, testEnv = cfg, env
 	if stopManager, err = startManager(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -357,3 +357,31 @@ func TestDeletingTheTrainJobDeletesItsJobSet(t *testing.T) {
 		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}))
 	}, timeout, interval, "the garbage collector did not delete the JobSet")
 }
+
+func TestDeletingARuntimeInUseLeavesItsTrainJobsRunning(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	rt := utiltesting.TrainingRuntime("doomed", ns, utiltesting.MakeRuntimeSpec().NumNodes(2).Obj())
+	require.NoError(t, k8sClient.Create(ctx, rt))
+	tj := utiltesting.MakeTrainJob("survivor", ns).RuntimeRef(trainer.TrainingRuntimeKind, "doomed").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	require.NoError(t, k8sClient.Delete(ctx, rt))
+	time.Sleep(runtimeGracePeriod) // Past the grace period in which a missing runtime is awaited.
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Active: 1}}})
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, []trainer.JobStatus{{Name: "node", Active: 1}}, tj.Status.JobsStatus)
+	})
+	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed), "a running TrainJob failed when its runtime was deleted")
+
+	// It can still be suspended and resumed, as it was built.
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(true), js.Spec.Suspend) })
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	after := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	assert.Equal(t, ptr.To[int32](2), after.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason)
+	})
+}

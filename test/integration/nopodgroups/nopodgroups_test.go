@@ -55,7 +55,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
-	stop, err := testenv.StartManager(cfg, scheme, controller.Options{MaxConcurrentReconciles: 2})
+	stop, err := testenv.StartManager(env, scheme, controller.Options{MaxConcurrentReconciles: 2})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "the manager did not start without the PodGroup CRDs:", err)
 		return 1

@@ -1,0 +1,175 @@
+// Package webhook rejects bad TrainJobs and runtimes at admission, with the field and the reason,
+// for what the CRD schema cannot check: how a TrainJob and its runtime fit together. It checks by
+// building the TrainJob's JobSet as the controllers would (a dry run of the pipeline), so that
+// admission and the controllers apply the very same rules.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// Setup registers the webhooks of the three kinds with the manager's webhook server.
+func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
+	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainJob{}).
+		WithValidator(&trainJobWebhook{client: mgr.GetAPIReader(), frameworks: frameworks}).
+		Complete(); err != nil {
+		return err
+	}
+	tr := runtimeWebhook[*trainer.TrainingRuntime]{kind: trainer.TrainingRuntimeKind, frameworks: frameworks,
+		spec: func(rt *trainer.TrainingRuntime) *trainer.TrainingRuntimeSpec { return &rt.Spec }}
+	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainingRuntime{}).WithDefaulter(tr).WithValidator(tr).Complete(); err != nil {
+		return err
+	}
+	ctr := runtimeWebhook[*trainer.ClusterTrainingRuntime]{kind: trainer.ClusterTrainingRuntimeKind, frameworks: frameworks,
+		spec: func(rt *trainer.ClusterTrainingRuntime) *trainer.TrainingRuntimeSpec { return &rt.Spec }}
+	return ctrl.NewWebhookManagedBy(mgr, &trainer.ClusterTrainingRuntime{}).WithDefaulter(ctr).WithValidator(ctr).Complete()
+}
+
+// +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=vtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
+
+// trainJobWebhook validates TrainJobs against their runtime, read from the API server rather
+// than the cache: a runtime applied a moment before its TrainJob must be found.
+type trainJobWebhook struct {
+	client     client.Reader
+	frameworks []framework.Framework
+}
+
+// ValidateCreate checks that the TrainJob builds from its runtime. A runtime that does not exist
+// yet is only a warning: it may be on its way, applied together with the TrainJob.
+func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJob) (admission.Warnings, error) {
+	return w.validate(ctx, tj)
+}
+
+// ValidateUpdate lets a running TrainJob change only its spec.suspend: anything else would not
+// reach its running JobSet, or would break it. A suspended TrainJob, or one that the update
+// suspends, may change anything the schema allows, such as the podSpecOverrides Kueue adds.
+func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
+	if apiequality.Semantic.DeepEqual(old.Spec, tj.Spec) {
+		return nil, nil
+	}
+	if running(old) && running(tj) {
+		before, after := old.Spec.DeepCopy(), tj.Spec.DeepCopy()
+		before.Suspend, after.Suspend = nil, nil
+		if !apiequality.Semantic.DeepEqual(before, after) {
+			return nil, invalid("TrainJob", tj.Name, field.Forbidden(field.NewPath("spec"),
+				"only spec.suspend may change while the TrainJob runs: suspend it first"))
+		}
+	}
+	return w.validate(ctx, tj)
+}
+
+// ValidateDelete allows every deletion.
+func (w *trainJobWebhook) ValidateDelete(context.Context, *trainer.TrainJob) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (admission.Warnings, error) {
+	if ptr.Deref(tj.Spec.ManagedBy, trainer.TrainJobControllerName) != trainer.TrainJobControllerName {
+		return nil, nil // Another controller runs it, against a runtime there.
+	}
+	rt, err := trainingruntime.Resolve(ctx, w.client, tj)
+	if errors.Is(err, trainingruntime.ErrNotFound) {
+		return admission.Warnings{fmt.Sprintf("spec.runtimeRef: %v: the TrainJob fails unless it is created within seconds", err)}, nil
+	}
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if _, err := build.Build(tj, rt, framework.Select(w.frameworks, rt.Spec.MLPolicy)); err != nil {
+		var re *framework.RuntimeError
+		if errors.As(err, &re) {
+			// The TrainJob cannot fix its runtime, but it cannot run from it either.
+			err = field.Invalid(field.NewPath("spec", "runtimeRef"), tj.Spec.RuntimeRef.Name,
+				fmt.Sprintf("%s cannot run TrainJobs: %s", re.Runtime, re.Err))
+		}
+		return nil, invalid("TrainJob", tj.Name, err)
+	}
+	return nil, nil
+}
+
+// running reports whether a TrainJob's JobSet may have pods: it is not suspended.
+func running(tj *trainer.TrainJob) bool { return !ptr.Deref(tj.Spec.Suspend, false) }
+
+// +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainingruntime,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainingruntimes,verbs=create;update,versions=v1alpha1,name=mtrainingruntime.trainer.kubeflow.org,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-trainingruntime,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainingruntimes,verbs=create;update,versions=v1alpha1,name=vtrainingruntime.trainer.kubeflow.org,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=clustertrainingruntimes,verbs=create;update,versions=v1alpha1,name=mclustertrainingruntime.trainer.kubeflow.org,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=clustertrainingruntimes,verbs=create;update,versions=v1alpha1,name=vclustertrainingruntime.trainer.kubeflow.org,admissionReviewVersions=v1
+
+// runtimeWebhook defaults and validates one of the two runtime kinds, which share their spec.
+type runtimeWebhook[T client.Object] struct {
+	kind       string
+	spec       func(T) *trainer.TrainingRuntimeSpec
+	frameworks []framework.Framework
+}
+
+// Default sets mlPolicy.numNodes to 1 unless the runtime is elastic. The CRD schema cannot say
+// it: an elastic policy requires numNodes to be absent, so a schema default would make every
+// elastic runtime invalid.
+func (w runtimeWebhook[T]) Default(_ context.Context, rt T) error {
+	spec := w.spec(rt)
+	if spec.MLPolicy == nil {
+		spec.MLPolicy = &trainer.MLPolicy{}
+	}
+	if p := spec.MLPolicy; p.NumNodes == nil && (p.Torch == nil || p.Torch.ElasticPolicy == nil) {
+		p.NumNodes = ptr.To[int32](1)
+	}
+	return nil
+}
+
+// ValidateCreate checks that TrainJobs can be built from the runtime.
+func (w runtimeWebhook[T]) ValidateCreate(_ context.Context, rt T) (admission.Warnings, error) {
+	return nil, w.validate(rt)
+}
+
+// ValidateUpdate checks the changed runtime as a new one. TrainJobs that already run from it are
+// not affected: runtimes are blueprints.
+func (w runtimeWebhook[T]) ValidateUpdate(_ context.Context, _, rt T) (admission.Warnings, error) {
+	return nil, w.validate(rt)
+}
+
+// ValidateDelete allows every deletion: a runtime in use can go, and its running TrainJobs keep
+// running.
+func (w runtimeWebhook[T]) ValidateDelete(context.Context, T) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// validate builds a TrainJob that sets nothing from the runtime: whatever fails is the runtime's.
+func (w runtimeWebhook[T]) validate(obj T) error {
+	spec := w.spec(obj)
+	probe := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: obj.GetNamespace()}}
+	rt := &trainingruntime.Runtime{Kind: w.kind, Name: obj.GetName(), Spec: spec}
+	_, err := build.Build(probe, rt, framework.Select(w.frameworks, spec.MLPolicy))
+	var re *framework.RuntimeError
+	if errors.As(err, &re) {
+		return invalid(w.kind, obj.GetName(), re.Err)
+	}
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	return nil
+}
+
+// invalid is the API's answer to an invalid object: `TrainJob.trainer.kubeflow.org "x" is
+// invalid: <field>: <reason>`.
+func invalid(kind, name string, err error) error {
+	var fe *field.Error
+	if !errors.As(err, &fe) {
+		return apierrors.NewInternalError(err)
+	}
+	return apierrors.NewInvalid(trainer.GroupVersion.WithKind(kind).GroupKind(), name, field.ErrorList{fe})
+}
