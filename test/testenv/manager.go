@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -33,6 +34,8 @@ func StartManager(env *envtest.Environment, scheme *runtime.Scheme, opts control
 		Scheme:  scheme,
 		Cache:   cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// A test's manager has nothing to finish: a long graceful shutdown only slows the suite.
+		GracefulShutdownTimeout: ptr.To(time.Second),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: hooks.LocalServingHost, Port: hooks.LocalServingPort, CertDir: hooks.LocalServingCertDir,
 		}),

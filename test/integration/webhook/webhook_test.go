@@ -1,0 +1,283 @@
+package webhook
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+func env(pairs ...string) []corev1.EnvVar {
+	var vars []corev1.EnvVar
+	for i := 0; i < len(pairs); i += 2 {
+		vars = append(vars, corev1.EnvVar{Name: pairs[i], Value: pairs[i+1]})
+	}
+	return vars
+}
+
+// withEnv sets the env of a replicated job's first container.
+func withEnv(job jobsetv1alpha2.ReplicatedJob, vars ...string) jobsetv1alpha2.ReplicatedJob {
+	job = *job.DeepCopy()
+	job.Template.Spec.Template.Spec.Containers[0].Env = env(vars...)
+	return job
+}
+
+func override(o trainer.PodSpecOverride) []trainer.PodSpecOverride {
+	return []trainer.PodSpecOverride{o}
+}
+
+func mpiJobs(launcherName string, nodeContainer string) []jobsetv1alpha2.ReplicatedJob {
+	return []jobsetv1alpha2.ReplicatedJob{
+		utiltesting.ReplicatedJob(launcherName, trainer.AncestorTrainer, "node"),
+		utiltesting.ReplicatedJob("node", "", nodeContainer),
+	}
+}
+
+// TestInvalidObjectsAreRejected creates each object as kubectl would and expects the API server,
+// through the webhooks or the schema, to refuse it with every wanted fragment in the error: the
+// field path and the reason.
+func TestInvalidObjectsAreRejected(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	elastic := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+		ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
+	}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("elastic", ns, elastic)))
+	launcherAsNode := utiltesting.MakeRuntimeSpec().ReplicatedJobs(mpiJobs("launcher", "node")...).NumNodes(3).
+		MPI(&trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("mpi-as-node", ns, launcherAsNode)))
+
+	// tj is a TrainJob of a shipped ClusterTrainingRuntime.
+	tj := func(runtime string) *trainer.TrainJob {
+		o := utiltesting.MakeTrainJob("job", ns).Obj()
+		o.Spec.RuntimeRef.Name = runtime
+		return o
+	}
+	tjWith := func(runtime string, change func(*trainer.TrainJob)) *trainer.TrainJob {
+		o := tj(runtime)
+		change(o)
+		return o
+	}
+	rt := func(name string, spec *utiltesting.RuntimeSpecWrapper) client.Object {
+		return utiltesting.TrainingRuntime(name, ns, spec.Obj())
+	}
+	ctr := func(spec *utiltesting.RuntimeSpecWrapper) client.Object {
+		return utiltesting.ClusterTrainingRuntime("bad-"+ns, spec.Obj())
+	}
+	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	noGPUs := &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}
+
+	cases := []struct {
+		name string
+		obj  client.Object
+		want []string
+	}{
+		// TrainJobs that do not fit their runtime: rejected by the TrainJob webhook.
+		{"override of a job the runtime lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"launcher"}})
+		}), []string{`spec.podSpecOverrides[0].targetJobs[0]: Invalid value: "launcher"`, `ClusterTrainingRuntime "torch-distributed" has no replicated job of that name`}},
+		{"second override target the runtime lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"node", "worker"}})
+		}), []string{`spec.podSpecOverrides[0].targetJobs[1]: Invalid value: "worker"`}},
+		{"override of a container the job lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "sidecar"}}})
+		}), []string{`spec.podSpecOverrides[0].containers[0].name: Invalid value: "sidecar"`, `replicated job "node" of ClusterTrainingRuntime "torch-distributed" has no container of that name`}},
+		{"override of an init container the job lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{InitContainers: []trainer.ContainerOverride{{Name: "fetch"}}})
+		}), []string{`spec.podSpecOverrides[0].initContainers[0].name: Invalid value: "fetch"`, "has no init container of that name"}},
+		{"torch env set by hand", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("EPOCHS", "3", "PET_NNODES", "8")}
+		}), []string{"spec.trainer.env[1].name: Forbidden: PET_NNODES is set by the torch framework and may not be set by hand"}},
+		{"torch env set by an override of the trainer container", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "node", Env: env("PET_MASTER_ADDR", "x")}}})
+		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: PET_MASTER_ADDR is set by the torch framework"}},
+		{"xgboost env set by hand", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("DMLC_NUM_WORKER", "2")}
+		}), []string{"spec.trainer.env[0].name: Forbidden: DMLC_NUM_WORKER is set by the xgboost framework"}},
+		{"xgboost env set by an override", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"node"},
+				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("DMLC_TASK_ID", "0")}}})
+		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: DMLC_TASK_ID is set by the xgboost framework"}},
+		{"jax env set by hand", tjWith("jax-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("JAX_PROCESS_ID", "0")}
+		}), []string{"spec.trainer.env[0].name: Forbidden: JAX_PROCESS_ID is set by the jax framework"}},
+		{"jax env set by an override", tjWith("jax-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "node", Env: env("JAX_COORDINATOR_ADDRESS", "x")}}})
+		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: JAX_COORDINATOR_ADDRESS is set by the jax framework"}},
+		{"OpenMPI hostfile variable set by hand", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("OMPI_MCA_orte_default_hostfile", "/tmp/hosts")}
+		}), []string{"spec.trainer.env[0].name: Forbidden: OMPI_MCA_orte_default_hostfile is set by the mpi framework"}},
+		{"another MPI's hostfile variable set by hand", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("I_MPI_HYDRA_HOST_FILE", "/tmp/hosts")}
+		}), []string{"spec.trainer.env[0].name: Forbidden: I_MPI_HYDRA_HOST_FILE is set by the mpi framework"}},
+		{"dataset initializer for a runtime without one", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://d")}}
+		}), []string{`spec.initializer.dataset: Forbidden: ClusterTrainingRuntime "torch-distributed" has no dataset-initializer`}},
+		{"model initializer for a runtime without one", tjWith("jax-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Initializer = &trainer.Initializer{Model: &trainer.ModelInitializer{StorageUri: ptr.To("hf://m")}}
+		}), []string{`spec.initializer.model: Forbidden: ClusterTrainingRuntime "jax-distributed" has no model-initializer`}},
+		{"gpu processes on nodes without GPUs", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("gpu"), ResourcesPerNode: noGPUs}
+		}), []string{`spec.trainer.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`}},
+		{"auto MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("auto")}
+		}), []string{`spec.trainer.numProcPerNode: Invalid value: "auto": MPI needs a positive integer`}},
+		{"cpu MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("cpu")}
+		}), []string{`spec.trainer.numProcPerNode: Invalid value: "cpu": MPI needs a positive integer`}},
+		{"gpu MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("gpu")}
+		}), []string{`spec.trainer.numProcPerNode: Invalid value: "gpu": MPI needs a positive integer`}},
+		{"numNodes for an elastic runtime", func() client.Object {
+			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").NumNodes(2).Obj()
+			return o
+		}(), []string{`spec.trainer.numNodes: Forbidden: TrainingRuntime "elastic" is elastic`}},
+		{"one node with the MPI launcher as a node", func() client.Object {
+			return utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi-as-node").NumNodes(1).Obj()
+		}(), []string{"spec.trainer.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode"}},
+
+		// TrainJobs the schema refuses, before the webhook.
+		{"a name that is not a DNS-1035 label", func() client.Object { o := tj("torch-distributed"); o.Name = "9lives"; return o }(),
+			[]string{"metadata.name must be a DNS-1035 label"}},
+		{"zero nodes", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](0)} }),
+			[]string{"spec.trainer.numNodes", "greater than or equal to 1"}},
+		{"a storageUri without a scheme", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("datasets/mnist")}}
+		}), []string{"spec.initializer.dataset.storageUri", "storageUri must have the form scheme://path"}},
+		{"an unknown runtime kind", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.RuntimeRef.Kind = ptr.To("Runtime") }),
+			[]string{"spec.runtimeRef.kind", `Unsupported value: "Runtime"`}},
+		{"an unknown manager", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.ManagedBy = ptr.To("me") }),
+			[]string{"spec.managedBy", `Unsupported value: "me"`}},
+
+		// Runtimes no TrainJob could be built from: rejected by the runtime webhooks.
+		{"a runtime without a trainer job", rt("r1", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
+			[]string{"spec.template.spec.replicatedJobs: Required value: the pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer"}},
+		{"a runtime with two trainer jobs", rt("r2", utiltesting.MakeRuntimeSpec().ReplicatedJobs(node, utiltesting.ReplicatedJob("extra", trainer.AncestorTrainer, "node"))),
+			[]string{`spec.template.spec.replicatedJobs[1].template.spec.template.metadata.labels: Invalid value: "trainer.kubeflow.org/trainjob-ancestor-step=trainer": only one replicated job may run the trainer`}},
+		{"a trainer job without a trainer container", rt("r3", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "main"))),
+			[]string{`spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers: Required value: the trainer job "node" needs a container named "node" or "trainer"`}},
+		{"a torch runtime that sets torchrun's env", rt("r4", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "PET_NNODES", "2")).Torch(&trainer.TorchMLPolicySource{})),
+			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: PET_NNODES is set by the torch framework"}},
+		{"an xgboost runtime that sets the tracker", rt("r5", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "A", "1", "DMLC_TRACKER_URI", "x")).XGBoost(&trainer.XGBoostMLPolicySource{})),
+			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[1].name: Forbidden: DMLC_TRACKER_URI is set by the xgboost framework"}},
+		{"a jax runtime that sets the process count", rt("r6", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "JAX_NUM_PROCESSES", "2")).JAX()),
+			[]string{"containers[0].env[0].name: Forbidden: JAX_NUM_PROCESSES is set by the jax framework"}},
+		{"an MPI runtime without a node job", rt("r7", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node")).MPI(&trainer.MPIMLPolicySource{})),
+			[]string{`spec.template.spec.replicatedJobs: Required value: MPI runs its processes on the pods of a replicated job named "node"`}},
+		{"an MPI node job without its sshd container", rt("r8", utiltesting.MakeRuntimeSpec().ReplicatedJobs(mpiJobs("launcher", "sshd")...).MPI(&trainer.MPIMLPolicySource{})),
+			[]string{`spec.template.spec.replicatedJobs[1].template.spec.template.spec.containers: Required value: the node job needs a container named "node" to run sshd`}},
+		{"an MPI launcher named node", rt("r9", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).MPI(&trainer.MPIMLPolicySource{})),
+			[]string{`spec.template.spec.replicatedJobs[0].name: Invalid value: "node": the MPI launcher`}},
+		{"an MPI launcher that sets a hostfile variable", rt("r10", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(mpiJobs("launcher", "node")[0], "HYDRA_HOST_FILE", "x"), mpiJobs("launcher", "node")[1]).MPI(&trainer.MPIMLPolicySource{})),
+			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework"}},
+		{"an MPI launcher as a node with one node", rt("r11", utiltesting.MakeRuntimeSpec().ReplicatedJobs(mpiJobs("launcher", "node")...).NumNodes(1).MPI(&trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)})),
+			[]string{"spec.mlPolicy.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode"}},
+		{"gpu processes in a runtime without GPUs", rt("r12", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")})),
+			[]string{`spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`}},
+		{"a cluster runtime without a trainer job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
+			[]string{`ClusterTrainingRuntime.trainer.kubeflow.org "bad-` + ns + `" is invalid: spec.template.spec.replicatedJobs: Required value`}},
+		{"a cluster MPI runtime without a node job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node")).MPI(&trainer.MPIMLPolicySource{})),
+			[]string{`spec.template.spec.replicatedJobs: Required value: MPI runs its processes on the pods of a replicated job named "node"`}},
+		{"a cluster torch runtime that sets torchrun's env", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "PET_MASTER_PORT", "1")).Torch(&trainer.TorchMLPolicySource{})),
+			[]string{"containers[0].env[0].name: Forbidden: PET_MASTER_PORT is set by the torch framework"}},
+
+		// Runtimes the schema refuses, before the webhook.
+		{"a runtime with two frameworks", rt("r13", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).JAX()),
+			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost and jax may be set"}},
+		{"numNodes with an elastic policy", rt("r14", utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(elastic.MLPolicy.Torch)),
+			[]string{"spec.mlPolicy", "numNodes must be omitted when torch.elasticPolicy is set"}},
+	}
+	require.GreaterOrEqual(t, len(cases), 40)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := k8sClient.Create(ctx, tc.obj)
+			require.Error(t, err, "the API server accepted an invalid object")
+			for _, fragment := range tc.want {
+				assert.Contains(t, err.Error(), fragment)
+			}
+		})
+	}
+}
+
+// TestSamplesAreAccepted applies every sample through the webhooks; the shipped runtimes were
+// applied when the suite started.
+func TestSamplesAreAccepted(t *testing.T) {
+	ns := newNamespace(t)
+	objs, err := testenv.Kustomize(filepath.Join("..", "..", "..", "config", "samples"))
+	require.NoError(t, err)
+	for _, obj := range objs {
+		if obj.GetKind() != trainer.ClusterTrainingRuntimeKind {
+			obj.SetNamespace(ns)
+		}
+	}
+	// Runtimes first, as kubectl applies them (cluster-scoped kinds first).
+	for _, first := range []bool{true, false} {
+		for _, obj := range objs {
+			if (obj.GetKind() != "TrainJob") == first {
+				require.NoError(t, testenv.Apply(context.Background(), k8sClient, "samples", obj), "%s %s", obj.GetKind(), obj.GetName())
+			}
+		}
+	}
+}
+
+func TestRuntimeDefaults(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cases := map[string]struct {
+		spec trainer.TrainingRuntimeSpec
+		want *int32
+	}{
+		"a runtime without mlPolicy runs one node":   {utiltesting.MakeRuntimeSpec().Obj(), ptr.To[int32](1)},
+		"a torch runtime without numNodes runs one":  {utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(), ptr.To[int32](1)},
+		"an explicit numNodes is kept":               {utiltesting.MakeRuntimeSpec().NumNodes(4).Obj(), ptr.To[int32](4)},
+		"an elastic runtime gets no numNodes at all": {utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MaxNodes: ptr.To[int32](3)}}).Obj(), nil},
+	}
+	i := 0
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			i++
+			rt := utiltesting.TrainingRuntime("defaults-"+string(rune('a'+i)), ns, tc.spec)
+			require.NoError(t, k8sClient.Create(ctx, rt))
+			require.NotNil(t, rt.Spec.MLPolicy)
+			assert.Equal(t, tc.want, rt.Spec.MLPolicy.NumNodes)
+		})
+	}
+}
+
+// warnings collects the warnings the API server sends back.
+type warnings struct {
+	sync.Mutex
+	texts []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.Lock()
+	defer w.Unlock()
+	w.texts = append(w.texts, text)
+}
+
+func TestAMissingRuntimeIsAWarning(t *testing.T) {
+	ns := newNamespace(t)
+	collected := &warnings{}
+	cfg := rest.CopyConfig(restCfg)
+	cfg.WarningHandler = collected
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+
+	tj := utiltesting.MakeTrainJob("early", ns).RuntimeRef(trainer.TrainingRuntimeKind, "later").Obj()
+	require.NoError(t, c.Create(context.Background(), tj), "a TrainJob whose runtime may still come was refused")
+	assert.Equal(t, []string{`spec.runtimeRef: TrainingRuntime "later": not found: the TrainJob fails unless it is created within seconds`}, collected.texts)
+}
