@@ -3,6 +3,7 @@
 # Everything the build needs is built from the Go module proxy into bin/ (see hack/tools.mk):
 # a fresh machine needs Go and nothing else.
 
+# The manager's image, for docker-build and build-installer.
 IMG ?= trainjob-operator:latest
 
 # Keep in step with go.mod: the third-party CRDs that the tests and `make run` install come from
@@ -71,6 +72,12 @@ run: build envtest-assets ## Start a local control plane, install the CRDs and s
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
 	docker build -t $(IMG) .
+
+.PHONY: build-installer
+build-installer: manifests generate kustomize ## Write dist/install.yaml, the operator with image IMG, for kubectl apply --server-side.
+	mkdir -p dist
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default > dist/install.yaml
 
 # Last, so that none of its targets becomes the default goal.
 include hack/tools.mk

@@ -4,7 +4,9 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
+	"net/http"
 	"os"
 	"time"
 
@@ -22,7 +24,9 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/certs"
 	"github.com/trainjob/operator/internal/controller"
+	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
 
 var (
@@ -38,102 +42,132 @@ func init() {
 	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
 }
 
+// defaultCertDir is where the webhook server reads its certificate, and where the Deployment
+// mounts the certificate's Secret.
+const defaultCertDir = "/tmp/k8s-webhook-server/serving-certs"
+
 func main() {
 	var (
-		metricsAddr, probeAddr           string
-		secureMetrics, enableHTTP2       bool
-		enableLeaderElection             bool
-		leaderElectionNamespace          string
-		webhookCertPath, metricsCertPath string
-		qps                              float64
-		burst                            int
-		controllerOpts                   controller.Options
+		metricsAddr, probeAddr, metricsCertPath string
+		secureMetrics, enableHTTP2              bool
+		enableLeaderElection                    bool
+		webhookHost, webhookCertPath            string
+		webhookPort                             int
+		certOpts                                certs.Options
+		qps                                     float64
+		burst                                   int
+		controllerOpts                          controller.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address the metrics endpoint binds to, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"Serve metrics over HTTPS, allowing only callers authenticated and authorized by the API server.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the healthz and readyz probes bind to.")
-	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
-		"Elect a leader so that only one of several manager replicas is active.")
-	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
-		"Namespace of the leader election lease; empty means the manager's own namespace.")
-	flag.BoolVar(&enableHTTP2, "enable-http2", false,
-		"Serve metrics and webhooks over HTTP/2 too; off by default against the HTTP/2 Rapid Reset and Stream Cancellation CVEs.")
-	flag.StringVar(&webhookCertPath, "webhook-cert-path", "", "Folder with the webhook server's tls.crt and tls.key.")
 	flag.StringVar(&metricsCertPath, "metrics-cert-path", "",
 		"Folder with the metrics server's tls.crt and tls.key; empty means a self-signed certificate.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the healthz and readyz probes bind to.")
+	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
+		"Elect a leader so that only one of several manager replicas reconciles.")
+	flag.BoolVar(&enableHTTP2, "enable-http2", false,
+		"Serve metrics and webhooks over HTTP/2 too; off by default against the HTTP/2 Rapid Reset and Stream Cancellation CVEs.")
+	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	flag.StringVar(&webhookCertPath, "webhook-cert-path", "",
+		"Folder with a webhook certificate made elsewhere (cert-manager); empty means the manager makes and rotates its own.")
+	flag.StringVar(&certOpts.SecretName, "webhook-cert-secret", "trainjob-webhook-server-cert",
+		"Secret, in the operator's namespace, that holds the certificate the manager rotates.")
+	flag.StringVar(&certOpts.ServiceName, "webhook-service", "trainjob-webhook-service", "Service in front of the webhook server.")
+	flag.StringVar(&certOpts.ValidatingWebhookConfiguration, "validating-webhook-configuration", "trainjob-validating-webhook-configuration",
+		"ValidatingWebhookConfiguration that gets the rotated certificate's CA.")
+	flag.StringVar(&certOpts.MutatingWebhookConfiguration, "mutating-webhook-configuration", "trainjob-mutating-webhook-configuration",
+		"MutatingWebhookConfiguration that gets the rotated certificate's CA.")
 	flag.Float64Var(&qps, "kube-api-qps", 500, "Queries per second the manager may send to the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 500, "Burst of queries the manager may send to the API server.")
 	flag.IntVar(&controllerOpts.MaxConcurrentReconciles, "trainjob-concurrency", 16,
 		"Number of TrainJobs each framework controller reconciles at once.")
 	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", 10*time.Second,
 		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")
-	opts := zap.Options{Development: false}
+	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	// The Kubebuilder convention: ENABLE_WEBHOOKS=false runs the manager without webhooks.
+	enableWebhooks := os.Getenv("ENABLE_WEBHOOKS") != "false"
+	certOpts.Namespace = os.Getenv("POD_NAMESPACE")
+	certOpts.CertDir = defaultCertDir
+	if webhookCertPath != "" {
+		certOpts.CertDir = webhookCertPath
+	}
 
 	var tlsOpts []func(*tls.Config)
 	if !enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
-
 	metricsOpts := metricsserver.Options{
-		BindAddress:   metricsAddr,
-		SecureServing: secureMetrics,
-		TLSOpts:       tlsOpts,
-		CertDir:       metricsCertPath,
+		BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts, CertDir: metricsCertPath,
 	}
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
 	cfg := ctrl.GetConfigOrDie()
-	cfg.QPS = float32(qps)
-	cfg.Burst = burst
-
+	cfg.QPS, cfg.Burst = float32(qps), burst
 	cacheOpts, err := controller.CacheOptions(cfg, scheme)
-	if err != nil {
-		setupLog.Error(err, "Unable to read which PodGroup CRDs are installed")
-		os.Exit(1)
-	}
+	exitOn(err, "Unable to read which PodGroup CRDs are installed")
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   cacheOpts,
-		Metrics:                 metricsOpts,
-		WebhookServer:           webhook.NewServer(webhook.Options{TLSOpts: tlsOpts, CertDir: webhookCertPath}),
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          enableLeaderElection,
-		LeaderElectionID:        "trainjob-operator.trainer.kubeflow.org",
-		LeaderElectionNamespace: leaderElectionNamespace,
+		Scheme:  scheme,
+		Cache:   cacheOpts,
+		Metrics: metricsOpts,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: webhookHost, Port: webhookPort, CertDir: certOpts.CertDir, TLSOpts: tlsOpts,
+		}),
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         enableLeaderElection,
+		LeaderElectionID:       "trainjob-operator.trainer.kubeflow.org",
 		// The manager exits right after its controllers stop, so the lease can be handed over at
 		// once instead of after it expires.
 		LeaderElectionReleaseOnCancel: true,
 	})
-	if err != nil {
-		setupLog.Error(err, "Unable to create manager")
-		os.Exit(1)
-	}
+	exitOn(err, "Unable to create manager")
 
 	ctx := ctrl.SetupSignalHandler()
-	if err := controller.Setup(ctx, mgr, controller.Frameworks(), controllerOpts); err != nil {
-		setupLog.Error(err, "Unable to set up the TrainJob controllers")
-		os.Exit(1)
+	exitOn(controller.Setup(ctx, mgr, controller.Frameworks(), controllerOpts), "Unable to set up the TrainJob controllers")
+	webhooksReady := make(chan struct{})
+	if enableWebhooks {
+		ready := make(chan struct{})
+		close(ready)
+		var certsReady <-chan struct{} = ready
+		if webhookCertPath == "" {
+			certsReady, err = certs.Rotate(mgr, certOpts)
+			exitOn(err, "Unable to set up webhook certificates")
+		}
+		// The webhook server starts when the first webhook is registered: only once it has a
+		// certificate to serve.
+		go func() {
+			<-certsReady
+			exitOn(operatorwebhook.Setup(mgr, controller.Frameworks()), "Unable to set up webhooks")
+			close(webhooksReady)
+		}()
 	}
+	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")
+	exitOn(mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if !enableWebhooks {
+			return nil
+		}
+		select {
+		case <-webhooksReady:
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		default:
+			return errors.New("the webhook certificate is not ready yet")
+		}
+	}), "Unable to set up ready check")
 
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Unable to set up health check")
-		os.Exit(1)
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Unable to set up ready check")
-		os.Exit(1)
-	}
+	setupLog.Info("Starting manager", "webhooks", enableWebhooks)
+	exitOn(mgr.Start(ctx), "Manager stopped with an error")
+}
 
-	setupLog.Info("Starting manager")
-	if err := mgr.Start(ctx); err != nil {
-		setupLog.Error(err, "Manager stopped with an error")
+func exitOn(err error, msg string) {
+	if err != nil {
+		setupLog.Error(err, msg)
 		os.Exit(1)
 	}
 }

@@ -1,8 +1,8 @@
 // Command localcluster starts a local control plane (etcd and kube-apiserver from bin/, on
-// loopback, state in a temporary folder), installs the operator's CRDs and the JobSet and PodGroup
-// CRDs and the kustomizations given with -install, writes a kubeconfig, and runs the command after
-// "--" (the manager) against it in the foreground. Ctrl-C stops the command, then the control
-// plane, and removes the state.
+// loopback, state in a temporary folder) with the operator's CRDs, the JobSet and PodGroup CRDs
+// and the operator's webhook configurations, runs the command after "--" (the manager) against
+// it in the foreground, serving the webhooks on loopback, and then applies the kustomizations
+// given with -install. Ctrl-C stops the command, then the control plane, and removes the state.
 //
 //	go run ./hack/localcluster -assets bin -install config/runtimes -- bin/manager [manager flags]
 package main
@@ -12,16 +12,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -36,12 +39,12 @@ func main() {
 func run() error {
 	assets := flag.String("assets", "", "Folder with the etcd, kube-apiserver and kubectl binaries.")
 	var install []string
-	flag.Func("install", "A kustomization folder to apply once the control plane is up; repeatable.", func(dir string) error {
+	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {
 		install = append(install, dir)
 		return nil
 	})
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-assets DIR] -- COMMAND [ARGS...]")
+		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-assets DIR] [-install DIR]... -- COMMAND [ARGS...]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -55,7 +58,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	env, err := testenv.New()
+	env, err := testenv.New(testenv.WithWebhooks)
 	if err != nil {
 		return err
 	}
@@ -73,10 +76,6 @@ func run() error {
 		}
 	}()
 
-	if err := installAll(ctx, env.Config, install); err != nil {
-		return err
-	}
-
 	dir, err := os.MkdirTemp("", "trainjob-localcluster-")
 	if err != nil {
 		return err
@@ -86,21 +85,94 @@ func run() error {
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
+
+	cmd, done, err := start(kubeconfig, env.WebhookInstallOptions, flag.Args())
+	if err != nil {
+		return err
+	}
+	defer stopCommand(cmd, done)
+
+	// The runtimes pass the operator's webhooks: install them once it serves.
+	webhooks := net.JoinHostPort(env.WebhookInstallOptions.LocalServingHost, strconv.Itoa(env.WebhookInstallOptions.LocalServingPort))
+	if err := waitForWebhooks(ctx, webhooks, done); err != nil {
+		return err
+	}
+	if err := installAll(ctx, env.Config, install); err != nil {
+		return err
+	}
 	kubectl := "kubectl"
 	if *assets != "" {
 		kubectl = filepath.Join(*assets, "kubectl")
 	}
 	fmt.Printf(`
-Control plane ready at %s; CRDs installed.%s
+Control plane ready at %s, with the CRDs and the webhooks (served at %s).%s
   kubeconfig: %s
 Try, in another terminal:
   export KUBECONFIG=%s
-  %s get trainer
+  %s apply --server-side -k config/samples
+  %s get trainer,jobsets
   %s explain trainjob.spec.trainer
 
-`, env.Config.Host, installed(install), kubeconfig, kubeconfig, kubectl, kubectl)
+`, env.Config.Host, webhooks, installed(install), kubeconfig, kubeconfig, kubectl, kubectl, kubectl)
 
-	return runCommand(ctx, kubeconfig, flag.Args())
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s exited: %w", flag.Arg(0), err)
+		}
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// start runs the command with --kubeconfig and the webhook server's address and certificate, in
+// its own process group. done receives its exit.
+func start(kubeconfig string, hooks envtest.WebhookInstallOptions, args []string) (*exec.Cmd, chan error, error) {
+	cmd := exec.Command(args[0], append(args[1:],
+		"--kubeconfig="+kubeconfig,
+		"--webhook-host="+hooks.LocalServingHost,
+		"--webhook-port="+strconv.Itoa(hooks.LocalServingPort),
+		"--webhook-cert-path="+hooks.LocalServingCertDir,
+	)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "ENABLE_WEBHOOKS=true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting %s: %w", args[0], err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return cmd, done, nil
+}
+
+// stopCommand stops the command, if it still runs, with SIGTERM (SIGKILL after 20 s).
+func stopCommand(cmd *exec.Cmd, done chan error) {
+	if cmd.ProcessState != nil {
+		return
+	}
+	fmt.Printf("\nStopping %s (pid %d)...\n", filepath.Base(cmd.Path), cmd.Process.Pid)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// waitForWebhooks waits until the webhook server serves at addr, the command exits, or ctx ends.
+func waitForWebhooks(ctx context.Context, addr string, done chan error) error {
+	for !testenv.ServesTLS(addr) {
+		select {
+		case err := <-done:
+			done <- err // Let the caller see the exit too.
+			return fmt.Errorf("the manager exited before serving its webhooks: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // installAll applies each kustomization with server-side apply.
@@ -129,37 +201,4 @@ func installed(dirs []string) string {
 		return ""
 	}
 	return " Installed: " + strings.Join(dirs, ", ") + "."
-}
-
-// runCommand runs the command with --kubeconfig until it exits or ctx is cancelled, then stops it
-// with SIGTERM (SIGKILL after 20 s). Webhooks are off: this control plane cannot call back into
-// the manager.
-func runCommand(ctx context.Context, kubeconfig string, args []string) error {
-	cmd := exec.Command(args[0], append(args[1:], "--kubeconfig="+kubeconfig)...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "ENABLE_WEBHOOKS=false")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", args[0], err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("%s exited: %w", args[0], err)
-		}
-		return nil
-	case <-ctx.Done():
-	}
-	fmt.Printf("\nStopping %s (pid %d)...\n", filepath.Base(args[0]), cmd.Process.Pid)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-	return nil
 }

@@ -14,9 +14,12 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// Kustomize renders a kustomization folder into objects, as `kustomize build DIR` does.
+// Kustomize renders a kustomization folder into objects, as `kustomize build DIR` does: in the
+// legacy order, Namespaces and CRDs before what lives in them.
 func Kustomize(dir string) ([]*unstructured.Unstructured, error) {
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	resources, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
@@ -44,10 +47,11 @@ func Decode(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// Apply writes objects with server-side apply, as `kubectl apply --server-side` does.
+// Apply writes objects with server-side apply, as `kubectl apply --server-side` does. The objects
+// are left as they were, so that they can be applied again.
 func Apply(ctx context.Context, c client.Client, fieldOwner string, objs ...*unstructured.Unstructured) error {
 	for _, obj := range objs {
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj.DeepCopy()), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %q: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}

@@ -1,0 +1,221 @@
+// Package install applies the rendered install (config/default and config/runtimes) to a real
+// kube-apiserver with server-side apply, proving every object is valid, and asks the API server's
+// RBAC authorizer what the operator's service account may do.
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainjob/operator/test/testenv"
+)
+
+const (
+	namespace      = "trainjob-system"
+	serviceAccount = "system:serviceaccount:trainjob-system:trainjob-controller-manager"
+)
+
+var (
+	k8sClient client.Client
+	scheme    = runtime.NewScheme()
+	// installed is what `kustomize build config/default` renders.
+	installed []*unstructured.Unstructured
+)
+
+func TestMain(m *testing.M) {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	env, err := testenv.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if installed, err = testenv.Kustomize(configDir("default")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func configDir(name string) string { return filepath.Join("..", "..", "..", "config", name) }
+
+// TestInstallApplies applies the shipped runtimes, then the operator, as a user would (the
+// runtimes go first here only because no operator pod runs to answer the webhooks it installs).
+func TestInstallApplies(t *testing.T) {
+	ctx := context.Background()
+	runtimes, err := testenv.Kustomize(configDir("runtimes"))
+	require.NoError(t, err)
+	require.Len(t, runtimes, 4)
+	for _, objs := range [][]*unstructured.Unstructured{runtimes, installed} {
+		for _, obj := range objs {
+			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj), "%s %s", obj.GetKind(), obj.GetName())
+		}
+	}
+	kinds := map[string]int{}
+	for _, obj := range installed {
+		kinds[obj.GetKind()]++
+	}
+	assert.Equal(t, map[string]int{
+		"Namespace": 1, "CustomResourceDefinition": 3, "ServiceAccount": 1, "Deployment": 1, "Service": 2, "Secret": 1,
+		"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+		"ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1,
+	}, kinds)
+}
+
+// TestSecretsAreNeverReadOutsideTheOperatorNamespace asks the API server's authorizer, once the
+// install's RBAC is applied: the operator creates MPI's SSH key Secrets in any namespace, but
+// reads, lists, watches, changes or deletes none; only its own webhook certificate's Secret, in
+// its own namespace, may it read and update.
+func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
+	ctx := context.Background()
+	for _, obj := range installed {
+		switch obj.GetKind() {
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj))
+		}
+	}
+	cases := []struct {
+		namespace, verb, resource string
+		allowed                   bool
+	}{
+		{"team-a", "create", "secrets", true},
+		{"team-a", "get", "secrets", false},
+		{"team-a", "list", "secrets", false},
+		{"team-a", "watch", "secrets", false},
+		{"team-a", "update", "secrets", false},
+		{"team-a", "delete", "secrets", false},
+		{"", "list", "secrets", false}, // all namespaces
+		{namespace, "get", "secrets", true},
+		{namespace, "update", "secrets", true},
+		{namespace, "delete", "secrets", false},
+		{"team-a", "create", "configmaps", true},
+		{"team-a", "patch", "jobsets", true},
+		{"team-a", "delete", "jobsets", false},
+		{"team-a", "list", "pods", false},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s %s in %q", tc.verb, tc.resource, tc.namespace), func(t *testing.T) {
+			group := ""
+			if tc.resource == "jobsets" {
+				group = "jobset.x-k8s.io"
+			}
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   serviceAccount,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: tc.namespace, Verb: tc.verb, Group: group, Resource: tc.resource,
+				},
+			}}
+			require.NoError(t, k8sClient.Create(ctx, review))
+			assert.Equal(t, tc.allowed, review.Status.Allowed, review.Status.Reason)
+		})
+	}
+
+	// The rendered ClusterRole says the same on paper: Secrets, create only, and no wildcard.
+	for _, obj := range installed {
+		if obj.GetKind() != "ClusterRole" {
+			continue
+		}
+		role := &rbacv1.ClusterRole{}
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role))
+		for _, rule := range role.Rules {
+			assert.NotContains(t, rule.Resources, "*", "ClusterRole %s grants every resource", role.Name)
+			assert.NotContains(t, rule.Verbs, "*", "ClusterRole %s grants every verb", role.Name)
+			if assert.NotContains(t, rule.APIGroups, "*") && containsAny(rule.Resources, "secrets") {
+				assert.Equal(t, []string{"create"}, rule.Verbs, "ClusterRole %s on Secrets", role.Name)
+			}
+		}
+	}
+}
+
+func containsAny(list []string, items ...string) bool {
+	for _, l := range list {
+		for _, i := range items {
+			if l == i {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestManagerIsHardened checks the Deployment as the restricted Pod Security Standard and a
+// careful operator author would.
+func TestManagerIsHardened(t *testing.T) {
+	var deployment *appsv1.Deployment
+	for _, obj := range installed {
+		if obj.GetKind() == "Deployment" {
+			deployment = &appsv1.Deployment{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, deployment))
+		}
+	}
+	require.NotNil(t, deployment)
+	pod := deployment.Spec.Template.Spec
+	assert.Equal(t, ptr.To(true), pod.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, pod.SecurityContext.SeccompProfile.Type)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	assert.Equal(t, ptr.To(false), c.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, ptr.To(true), c.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)
+	assert.NotEmpty(t, c.Resources.Requests)
+	assert.NotEmpty(t, c.Resources.Limits)
+	assert.NotNil(t, c.LivenessProbe)
+	assert.NotNil(t, c.ReadinessProbe)
+	assert.Contains(t, c.Args, "--leader-elect")
+	assert.Contains(t, c.Args, "--metrics-bind-address=:8443")
+	assert.Equal(t, "trainjob-webhook-server-cert", pod.Volumes[0].Secret.SecretName)
+}
+
+// TestCertManagerVariant renders config/default-certmanager: cert-manager issues the certificate
+// into the Secret the manager mounts, the manager stops rotating its own, and the CA is injected.
+func TestCertManagerVariant(t *testing.T) {
+	objs, err := testenv.Kustomize(configDir("default-certmanager"))
+	require.NoError(t, err)
+	found := map[string]bool{}
+	for _, obj := range objs {
+		switch obj.GetKind() {
+		case "Certificate":
+			secret, _, _ := unstructured.NestedString(obj.Object, "spec", "secretName")
+			assert.Equal(t, "trainjob-webhook-server-cert", secret)
+			found["Certificate"] = true
+		case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+			assert.Equal(t, "trainjob-system/trainjob-serving-cert", obj.GetAnnotations()["cert-manager.io/inject-ca-from"])
+			found[obj.GetKind()] = true
+		case "Deployment":
+			args, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+			assert.Contains(t, fmt.Sprint(args), "--webhook-cert-path=/tmp/k8s-webhook-server/serving-certs")
+			found["Deployment"] = true
+		}
+	}
+	assert.Len(t, found, 4, "missing pieces: %v", found)
+}
