@@ -67,7 +67,7 @@ build: manifests generate fmt vet ## Build the manager binary.
 .PHONY: run
 run: build envtest-assets ## Start a local control plane, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all).
 	$(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
-	$(LOCALBIN)/localcluster -assets "$(ENVTEST_ASSETS)" -install config/runtimes -- $(LOCALBIN)/manager $(ARGS)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster -install config/runtimes -- $(LOCALBIN)/manager $(ARGS)
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).

@@ -4,7 +4,9 @@
 // it in the foreground, serving the webhooks on loopback, and then applies the kustomizations
 // given with -install. Ctrl-C stops the command, then the control plane, and removes the state.
 //
-//	go run ./hack/localcluster -assets bin -install config/runtimes -- bin/manager [manager flags]
+//	go run ./hack/localcluster -install config/runtimes -- bin/manager [manager flags]
+//
+// The control-plane binaries come from KUBEBUILDER_ASSETS, else the repository's bin/.
 package main
 
 import (
@@ -22,8 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/trainjob/operator/test/testenv"
@@ -37,14 +37,13 @@ func main() {
 }
 
 func run() error {
-	assets := flag.String("assets", "", "Folder with the etcd, kube-apiserver and kubectl binaries.")
 	var install []string
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {
 		install = append(install, dir)
 		return nil
 	})
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-assets DIR] [-install DIR]... -- COMMAND [ARGS...]")
+		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-install DIR]... -- COMMAND [ARGS...]")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -58,23 +57,16 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	env, err := testenv.New(testenv.WithWebhooks)
-	if err != nil {
-		return err
-	}
-	if *assets != "" {
-		env.BinaryAssetsDirectory = *assets
-	}
 	fmt.Println("Starting etcd and kube-apiserver on loopback...")
-	if _, err := env.Start(); err != nil {
+	cluster, err := testenv.Start(testenv.WithWebhooks)
+	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	defer func() {
 		fmt.Println("Stopping the control plane...")
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "localcluster: stopping the control plane:", err)
-		}
+		cluster.Stop()
 	}()
+	env := cluster.Env
 
 	dir, err := os.MkdirTemp("", "trainjob-localcluster-")
 	if err != nil {
@@ -97,13 +89,16 @@ func run() error {
 	if err := waitForWebhooks(ctx, webhooks, done); err != nil {
 		return err
 	}
-	if err := installAll(ctx, env.Config, install); err != nil {
+	for _, dir := range install {
+		if err := cluster.Install(ctx, dir); err != nil {
+			return err
+		}
+	}
+	assets, err := testenv.AssetsDir()
+	if err != nil {
 		return err
 	}
-	kubectl := "kubectl"
-	if *assets != "" {
-		kubectl = filepath.Join(*assets, "kubectl")
-	}
+	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
 Control plane ready at %s, with the CRDs and the webhooks (served at %s).%s
   kubeconfig: %s
@@ -170,27 +165,6 @@ func waitForWebhooks(ctx context.Context, addr string, done chan error) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-// installAll applies each kustomization with server-side apply.
-func installAll(ctx context.Context, cfg *rest.Config, dirs []string) error {
-	if len(dirs) == 0 {
-		return nil
-	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		return err
-	}
-	for _, dir := range dirs {
-		objs, err := testenv.Kustomize(dir)
-		if err != nil {
-			return err
-		}
-		if err := testenv.Apply(ctx, c, "localcluster", objs...); err != nil {
-			return fmt.Errorf("installing %s: %w", dir, err)
 		}
 	}
 	return nil

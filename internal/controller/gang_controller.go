@@ -36,12 +36,9 @@ type GangReconciler struct {
 // Reconcile applies a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Building
 // failures and missing CRDs are reported by the framework controller, in the TrainJob's status.
 func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	tj := &trainer.TrainJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, tj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !managed(tj) || finished(tj) {
-		return ctrl.Result{}, nil
+	tj, err := activeTrainJob(ctx, r.client, req)
+	if tj == nil {
+		return ctrl.Result{}, err
 	}
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
 	if errors.Is(err, trainingruntime.ErrNotFound) {

@@ -53,12 +53,9 @@ type TrainJobReconciler struct {
 
 // Reconcile brings one TrainJob's children in line with it and writes its status once.
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	tj := &trainer.TrainJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, tj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !managed(tj) || finished(tj) {
-		return ctrl.Result{}, nil
+	tj, err := activeTrainJob(ctx, r.client, req)
+	if tj == nil {
+		return ctrl.Result{}, err
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj)
@@ -200,6 +197,19 @@ func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children
 		return fmt.Errorf("applying JobSet %q: %w", *children.JobSet.Name, err)
 	}
 	return nil
+}
+
+// activeTrainJob reads the TrainJob of a request, or returns nil when there is nothing to do for
+// it: it is gone, someone else manages it, or it is finished.
+func activeTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*trainer.TrainJob, error) {
+	tj := &trainer.TrainJob{}
+	if err := c.Get(ctx, req.NamespacedName, tj); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if !managed(tj) || finished(tj) {
+		return nil, nil
+	}
+	return tj, nil
 }
 
 // managed reports whether this operator reconciles the TrainJob, rather than e.g. MultiKueue.

@@ -10,6 +10,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
 )
 
 // JobSetWrapper builds the JobSet expected from a TrainJob.
@@ -22,18 +23,11 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 	w := &JobSetWrapper{jobsetv1alpha2.JobSet{
 		TypeMeta: metav1.TypeMeta{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        tj.Name,
-			Namespace:   tj.Namespace,
-			Labels:      spec.Template.Labels,
-			Annotations: spec.Template.Annotations,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         trainer.GroupVersion.String(),
-				Kind:               "TrainJob",
-				Name:               tj.Name,
-				UID:                tj.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
+			Name:            tj.Name,
+			Namespace:       tj.Namespace,
+			Labels:          spec.Template.Labels,
+			Annotations:     spec.Template.Annotations,
+			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
 		},
 		Spec: spec.Template.Spec,
 	}}

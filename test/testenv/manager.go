@@ -8,10 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -24,14 +22,15 @@ import (
 // (WithWebhooks), the manager serves them, and StartManager waits until it does. The returned
 // function stops the manager and waits until it has. Controllers may be registered again in the
 // same process, so a test can restart the manager.
-func StartManager(env *envtest.Environment, scheme *runtime.Scheme, opts controller.Options) (func(), error) {
-	cacheOpts, err := controller.CacheOptions(env.Config, scheme)
+func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
+	env := c.Env
+	cacheOpts, err := controller.CacheOptions(env.Config, Scheme)
 	if err != nil {
 		return nil, err
 	}
 	hooks := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:  scheme,
+		Scheme:  Scheme,
 		Cache:   cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// A test's manager has nothing to finish: a long graceful shutdown only slows the suite.

@@ -73,9 +73,9 @@ func crdPaths(s *settings) ([]string, error) {
 	return paths, nil
 }
 
-// assetsDir is the folder with etcd, kube-apiserver and the other control-plane binaries:
+// AssetsDir is the folder with etcd, kube-apiserver and the other control-plane binaries:
 // KUBEBUILDER_ASSETS, else the repository's bin/ (`make envtest-assets` builds them there).
-func assetsDir() (string, error) {
+func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
 	}
@@ -93,7 +93,7 @@ func New(opts ...Option) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	assets, err := assetsDir()
+	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func StartGarbageCollector(env *envtest.Environment) (stop func(), err error) {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		return nil, err
 	}
-	assets, err := assetsDir()
+	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
 	}

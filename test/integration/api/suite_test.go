@@ -16,9 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,37 +26,18 @@ import (
 var (
 	k8sClient client.Client
 	restCfg   *rest.Config
-	scheme    = runtime.NewScheme()
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(trainer.AddToScheme(scheme))
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	env, err := testenv.New()
+	cluster, err := testenv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	restCfg, err = env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
-	k8sClient, err = client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	k8sClient, restCfg = cluster.Client, cluster.Env.Config
+	code := m.Run()
+	cluster.Stop()
+	os.Exit(code)
 }
 
 // newNamespace creates a namespace of its own for one test.

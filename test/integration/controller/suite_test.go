@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,17 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
-	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
-	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
@@ -38,16 +30,14 @@ const runtimeGracePeriod = 2 * time.Second
 
 var (
 	k8sClient client.Client
-	restCfg   *rest.Config
-	testEnv   *envtest.Environment
-	scheme    = runtime.NewScheme()
+	cluster   *testenv.Cluster
 	// stopManager stops the manager that runs now; restartManager replaces it.
 	stopManager func()
 )
 
 // startManager starts the operator's manager with the suite's settings.
 func startManager() (func(), error) {
-	return testenv.StartManager(testEnv, scheme, controller.Options{
+	return cluster.StartManager(controller.Options{
 		MaxConcurrentReconciles: 4,
 		RuntimeGracePeriod:      runtimeGracePeriod,
 	})
@@ -63,54 +53,30 @@ func restartManager(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(trainer.AddToScheme(scheme))
-	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
-	utilruntime.Must(schedulerpluginsv1alpha1.AddToScheme(scheme))
-	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	env, err := testenv.New()
-	if err != nil {
+	var err error
+	if cluster, err = testenv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	stopGC, err := testenv.StartGarbageCollector(env)
+	defer cluster.Stop()
+	k8sClient = cluster.Client
+	stopGC, err := testenv.StartGarbageCollector(cluster.Env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer stopGC()
-
-	restCfg, testEnv = cfg, env
 	if stopManager, err = startManager(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() { stopManager() }()
-
-	objs, err := testenv.Kustomize(filepath.Join("..", "..", "..", "config", "runtimes"))
-	if err == nil {
-		c, _ := client.New(cfg, client.Options{Scheme: scheme})
-		err = testenv.Apply(context.Background(), c, "test", objs...)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "installing the shipped runtimes:", err)
-		return 1
-	}
-
-	// The tests read with an uncached client, so that they see the API server's truth.
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
+	if err := cluster.Install(context.Background(), "config/runtimes"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

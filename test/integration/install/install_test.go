@@ -18,8 +18,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,32 +31,22 @@ const (
 
 var (
 	k8sClient client.Client
-	scheme    = runtime.NewScheme()
 	// installed is what `kustomize build config/default` renders.
 	installed []*unstructured.Unstructured
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	env, err := testenv.New()
+	cluster, err := testenv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer cluster.Stop()
+	k8sClient = cluster.Client
 	if installed, err = testenv.Kustomize(configDir("default")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

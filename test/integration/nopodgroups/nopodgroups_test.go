@@ -16,13 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
-	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
-	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
@@ -37,34 +32,19 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(trainer.AddToScheme(scheme))
-	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
-	utilruntime.Must(schedulerpluginsv1alpha1.AddToScheme(scheme))
-	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
-
-	env, err := testenv.New(testenv.WithoutPodGroupCRDs)
+	cluster, err := testenv.Start(testenv.WithoutPodGroupCRDs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	stop, err := testenv.StartManager(env, scheme, controller.Options{MaxConcurrentReconciles: 2})
+	defer cluster.Stop()
+	stop, err := cluster.StartManager(controller.Options{MaxConcurrentReconciles: 2})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "the manager did not start without the PodGroup CRDs:", err)
 		return 1
 	}
 	defer stop()
-	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	k8sClient = cluster.Client
 	return m.Run()
 }
 

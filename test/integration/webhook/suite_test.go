@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,18 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
-	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
-	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -35,47 +27,30 @@ import (
 var (
 	k8sClient client.Client
 	restCfg   *rest.Config
-	scheme    = runtime.NewScheme()
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(trainer.AddToScheme(scheme))
-	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
-	utilruntime.Must(schedulerpluginsv1alpha1.AddToScheme(scheme))
-	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	env, err := testenv.New(testenv.WithWebhooks)
+	cluster, err := testenv.Start(testenv.WithWebhooks)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if restCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	stop, err := testenv.StartManager(env, scheme, controller.Options{MaxConcurrentReconciles: 2})
+	defer cluster.Stop()
+	stop, err := cluster.StartManager(controller.Options{MaxConcurrentReconciles: 2})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer stop()
-	if k8sClient, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	k8sClient, restCfg = cluster.Client, cluster.Env.Config
 	// The shipped runtimes go through the webhooks too: they must be accepted.
-	objs, err := testenv.Kustomize(filepath.Join("..", "..", "..", "config", "runtimes"))
-	if err == nil {
-		err = testenv.Apply(context.Background(), k8sClient, "test", objs...)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "installing the shipped runtimes:", err)
+	if err := cluster.Install(context.Background(), "config/runtimes"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()

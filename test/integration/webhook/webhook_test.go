@@ -274,7 +274,7 @@ func TestAMissingRuntimeIsAWarning(t *testing.T) {
 	collected := &warnings{}
 	cfg := rest.CopyConfig(restCfg)
 	cfg.WarningHandler = collected
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
 	require.NoError(t, err)
 
 	tj := utiltesting.MakeTrainJob("early", ns).RuntimeRef(trainer.TrainingRuntimeKind, "later").Obj()
