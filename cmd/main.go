@@ -4,9 +4,7 @@ package main
 
 import (
 	"crypto/tls"
-	"errors"
 	"flag"
-	"net/http"
 	"os"
 	"time"
 
@@ -131,35 +129,17 @@ func main() {
 
 	ctx := ctrl.SetupSignalHandler()
 	exitOn(controller.Setup(ctx, mgr, controller.Frameworks(), controllerOpts), "Unable to set up the TrainJob controllers")
-	webhooksReady := make(chan struct{})
+	ready := healthz.Ping
 	if enableWebhooks {
-		ready := make(chan struct{})
-		close(ready)
-		var certsReady <-chan struct{} = ready
+		certsReady := certs.Provided()
 		if webhookCertPath == "" {
 			certsReady, err = certs.Rotate(mgr, certOpts)
 			exitOn(err, "Unable to set up webhook certificates")
 		}
-		// The webhook server starts when the first webhook is registered: only once it has a
-		// certificate to serve.
-		go func() {
-			<-certsReady
-			exitOn(operatorwebhook.Setup(mgr, controller.Frameworks()), "Unable to set up webhooks")
-			close(webhooksReady)
-		}()
+		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(), certsReady)
 	}
 	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")
-	exitOn(mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
-		if !enableWebhooks {
-			return nil
-		}
-		select {
-		case <-webhooksReady:
-			return mgr.GetWebhookServer().StartedChecker()(req)
-		default:
-			return errors.New("the webhook certificate is not ready yet")
-		}
-	}), "Unable to set up ready check")
+	exitOn(mgr.AddReadyzCheck("readyz", ready), "Unable to set up ready check")
 
 	setupLog.Info("Starting manager", "webhooks", enableWebhooks)
 	exitOn(mgr.Start(ctx), "Manager stopped with an error")

@@ -31,6 +31,13 @@ type Options struct {
 // +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
 
+// Provided is for a certificate made elsewhere: it is ready from the start.
+func Provided() <-chan struct{} {
+	ready := make(chan struct{})
+	close(ready)
+	return ready
+}
+
 // Rotate adds cert-controller's rotator to the manager. The returned channel is closed once the
 // certificate is in CertDir, so that the webhook server can start serving it.
 func Rotate(mgr ctrl.Manager, o Options) (<-chan struct{}, error) {

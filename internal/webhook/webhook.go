@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -23,6 +25,34 @@ import (
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
+
+// SetupWhenReady registers the webhooks once certsReady is closed: the webhook server starts
+// with its first webhook, and must have a certificate to serve by then. The returned check, for
+// readyz, passes once the webhooks serve.
+func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsReady <-chan struct{}) healthz.Checker {
+	var (
+		registered = make(chan struct{})
+		setupErr   error
+	)
+	go func() {
+		<-certsReady
+		if setupErr = Setup(mgr, frameworks); setupErr != nil {
+			mgr.GetLogger().Error(setupErr, "Unable to set up the webhooks")
+		}
+		close(registered)
+	}()
+	return func(req *http.Request) error {
+		select {
+		case <-registered:
+			if setupErr != nil {
+				return setupErr
+			}
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		default:
+			return errors.New("the webhook certificate is not ready yet")
+		}
+	}
+}
 
 // Setup registers the webhooks of the three kinds with the manager's webhook server.
 func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
