@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"flag"
 	"os"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -82,7 +81,7 @@ func main() {
 	flag.IntVar(&burst, "kube-api-burst", 500, "Burst of queries the manager may send to the API server.")
 	flag.IntVar(&controllerOpts.MaxConcurrentReconciles, "trainjob-concurrency", 16,
 		"Number of TrainJobs each framework controller reconciles at once.")
-	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", 10*time.Second,
+	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", controller.DefaultRuntimeGracePeriod,
 		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)

@@ -85,12 +85,17 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 type Options struct {
 	// MaxConcurrentReconciles is the number of TrainJobs each controller reconciles at once.
 	MaxConcurrentReconciles int
-	// RuntimeGracePeriod is how long a new TrainJob waits for a missing runtime before it fails.
+	// RuntimeGracePeriod is how long a new TrainJob waits for a missing runtime before it fails;
+	// zero means DefaultRuntimeGracePeriod.
 	RuntimeGracePeriod time.Duration
 	// SkipNameValidation lets a process register the controllers again, in a new manager: the
 	// tests restart the manager in-process.
 	SkipNameValidation bool
 }
+
+// DefaultRuntimeGracePeriod is long enough for a runtime applied together with its TrainJob, in
+// any order, to reach the manager's cache.
+const DefaultRuntimeGracePeriod = 10 * time.Second
 
 // runtimeRefIndex indexes TrainJobs by "<kind>/<name>" of their runtime, so that a runtime's
 // change reaches the TrainJobs that use it.
@@ -103,6 +108,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		return []string{kind + "/" + name}
 	}); err != nil {
 		return err
+	}
+	if opts.RuntimeGracePeriod == 0 {
+		opts.RuntimeGracePeriod = DefaultRuntimeGracePeriod
 	}
 	podGroups, err := installedPodGroupKinds(mgr.GetRESTMapper(), mgr.GetScheme())
 	if err != nil {
