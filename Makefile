@@ -54,6 +54,11 @@ verify: manifests generate fmt ## Fail when generated or formatted files differ 
 test: manifests generate fmt vet envtest-assets kube-controller-manager ## Run the unit and integration (envtest) tests.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -count=1
 
+.PHONY: bench
+bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, and TrainJobs per second end to end.
+	$(GO) test ./internal/... -run '^$$' -bench . -benchmem
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/bench/ -run '^$$' -bench . -benchtime 5x
+
 .PHONY: test-unit
 test-unit: ## Run the unit tests only, without an API server.
 	$(GO) test $$($(GO) list ./... | grep -v /test/) -count=1

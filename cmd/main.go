@@ -77,9 +77,9 @@ func main() {
 		"ValidatingWebhookConfiguration that gets the rotated certificate's CA.")
 	flag.StringVar(&certOpts.MutatingWebhookConfiguration, "mutating-webhook-configuration", "trainjob-mutating-webhook-configuration",
 		"MutatingWebhookConfiguration that gets the rotated certificate's CA.")
-	flag.Float64Var(&qps, "kube-api-qps", 500, "Queries per second the manager may send to the API server.")
-	flag.IntVar(&burst, "kube-api-burst", 500, "Burst of queries the manager may send to the API server.")
-	flag.IntVar(&controllerOpts.MaxConcurrentReconciles, "trainjob-concurrency", 16,
+	flag.Float64Var(&qps, "kube-api-qps", controller.DefaultKubeAPIQPS, "Queries per second the manager may send to the API server.")
+	flag.IntVar(&burst, "kube-api-burst", controller.DefaultKubeAPIBurst, "Burst of queries the manager may send to the API server.")
+	flag.IntVar(&controllerOpts.MaxConcurrentReconciles, "trainjob-concurrency", controller.DefaultMaxConcurrentReconciles,
 		"Number of TrainJobs each framework controller reconciles at once.")
 	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", controller.DefaultRuntimeGracePeriod,
 		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")

@@ -83,7 +83,8 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 
 // Options tune the TrainJob controllers.
 type Options struct {
-	// MaxConcurrentReconciles is the number of TrainJobs each controller reconciles at once.
+	// MaxConcurrentReconciles is the number of TrainJobs each controller reconciles at once; zero
+	// means DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
 	// RuntimeGracePeriod is how long a new TrainJob waits for a missing runtime before it fails;
 	// zero means DefaultRuntimeGracePeriod.
@@ -92,6 +93,15 @@ type Options struct {
 	// tests restart the manager in-process.
 	SkipNameValidation bool
 }
+
+// Defaults for a manager that keeps up with thousands of TrainJobs: a TrainJob costs about one
+// JobSet apply and one status write, so the client's rate and the number of TrainJobs reconciled
+// at once bound the throughput.
+const (
+	DefaultKubeAPIQPS              = 500
+	DefaultKubeAPIBurst            = 500
+	DefaultMaxConcurrentReconciles = 16
+)
 
 // DefaultRuntimeGracePeriod is long enough for a runtime applied together with its TrainJob, in
 // any order, to reach the manager's cache.
@@ -111,6 +121,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	}
 	if opts.RuntimeGracePeriod == 0 {
 		opts.RuntimeGracePeriod = DefaultRuntimeGracePeriod
+	}
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	podGroups, err := installedPodGroupKinds(mgr.GetRESTMapper(), mgr.GetScheme())
 	if err != nil {

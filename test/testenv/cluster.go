@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -45,6 +46,9 @@ func Start(opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
+	// Tests create objects in numbers: not at client-go's default 5 queries per second.
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 500, 500
 	c, err := client.New(cfg, client.Options{Scheme: Scheme})
 	if err != nil {
 		_ = env.Stop()

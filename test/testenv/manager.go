@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -24,12 +25,15 @@ import (
 // same process, so a test can restart the manager.
 func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
 	env := c.Env
-	cacheOpts, err := controller.CacheOptions(env.Config, Scheme)
+	// The client rate of cmd/main.go's defaults, not client-go's 5 queries per second.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = controller.DefaultKubeAPIQPS, controller.DefaultKubeAPIBurst
+	cacheOpts, err := controller.CacheOptions(cfg, Scheme)
 	if err != nil {
 		return nil, err
 	}
 	hooks := env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  Scheme,
 		Cache:   cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"},
