@@ -45,13 +45,14 @@ func rank(condType string) int {
 }
 
 // setSuspended reports spec.suspend: Suspended=True while suspended, and Suspended=False with
-// reason Resumed once a suspended TrainJob runs again. A TrainJob never suspended has no
-// Suspended condition.
-func setSuspended(tj *trainer.TrainJob) {
+// reason Resumed once a suspended TrainJob runs again: its condition said it was suspended, or
+// its JobSet was (a suspension too brief for its status to be written still counts). A TrainJob
+// never suspended has no Suspended condition.
+func setSuspended(tj *trainer.TrainJob, jobSetWasSuspended bool) {
 	switch {
 	case ptr.Deref(tj.Spec.Suspend, false):
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended")
-	case apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended):
+	case jobSetWasSuspended, apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended):
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed")
 	}
 }

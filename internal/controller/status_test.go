@@ -23,10 +23,11 @@ var ignoreTime = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
 func TestStatus(t *testing.T) {
 	created := cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet created")
 	cases := map[string]struct {
-		suspend bool
-		before  []metav1.Condition
-		jobSet  *jobsetv1alpha2.JobSetStatus
-		want    trainer.TrainJobStatus
+		suspend            bool
+		jobSetWasSuspended bool
+		before             []metav1.Condition
+		jobSet             *jobsetv1alpha2.JobSetStatus
+		want               trainer.TrainJobStatus
 	}{
 		"a running TrainJob that was never suspended has no Suspended condition": {
 			before: []metav1.Condition{created},
@@ -49,6 +50,21 @@ func TestStatus(t *testing.T) {
 			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
 				cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed"),
 				created,
+			}},
+		},
+		"a TrainJob whose suspended JobSet runs again is Resumed, though its suspension was never written": {
+			jobSetWasSuspended: true,
+			before:             []metav1.Condition{created},
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed"),
+				created,
+			}},
+		},
+		"a TrainJob created suspended stays Suspended while its JobSet is": {
+			suspend:            true,
+			jobSetWasSuspended: true,
+			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
+				cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended"),
 			}},
 		},
 		"replicated job counts are mirrored": {
@@ -106,7 +122,7 @@ func TestStatus(t *testing.T) {
 			tj := utiltesting.MakeTrainJob("tj", "ns").Suspend(tc.suspend).Obj()
 			tj.Generation = 3
 			tj.Status.Conditions = tc.before
-			setSuspended(tj)
+			setSuspended(tj, tc.jobSetWasSuspended)
 			if tc.jobSet != nil {
 				setJobSetStatus(tj, tc.jobSet)
 			}

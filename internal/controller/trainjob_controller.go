@@ -90,6 +90,8 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, nil
 	}
 
+	jobSetWasSuspended := js != nil && ptr.Deref(js.Spec.Suspend, false)
+
 	// 2. Resolve the runtime. Without a JobSet, a runtime still missing after the grace period
 	// fails the TrainJob. With one, the runtime was deleted while in use: runtimes are blueprints,
 	// so the TrainJob goes on as it was built, and can still be suspended and resumed.
@@ -145,7 +147,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		fmt.Sprintf("JobSet %q is created", tj.Name))
 
 	// 4. Report suspension and the JobSet's progress.
-	setSuspended(tj)
+	setSuspended(tj, jobSetWasSuspended)
 	if js != nil {
 		setJobSetStatus(tj, &js.Status)
 	}
