@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -24,6 +25,10 @@ import (
 var k8sClient client.Client
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() == "" {
+		os.Exit(m.Run()) // No benchmark asked for, as in `make test`: no cluster to start.
+	}
 	os.Exit(run(m))
 }
 
