@@ -75,14 +75,9 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-// owns is the gang controller's event filter: TrainJobs whose runtime's gang policy needs a
-// PodGroup.
-func (r *GangReconciler) owns(tj *trainer.TrainJob) bool {
-	if !managed(tj) {
-		return false
-	}
-	rt, err := trainingruntime.Resolve(context.Background(), r.client, tj)
-	return err == nil && gang.PodGroupObject(rt.Spec.PodGroupPolicy) != nil
+// ownsRuntime is the gang controller's filter: runtimes whose gang policy needs a PodGroup.
+func (r *GangReconciler) ownsRuntime(spec *trainer.TrainingRuntimeSpec) bool {
+	return spec != nil && gang.PodGroupObject(spec.PodGroupPolicy) != nil
 }
 
 // ignoreNoMatch drops the error of a PodGroup kind whose CRD is not installed: retrying cannot

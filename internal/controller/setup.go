@@ -141,20 +141,22 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			frameworks:         frameworks,
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
 		}
-		b := newController(mgr, fw.Name(), r.owns, opts).
-			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, r.owns)))
+		owns := ownsTrainJob(r.client, r.ownsRuntime)
+		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, opts).
+			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, owns)))
 		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob.
 		for _, pg := range podGroups {
-			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, r.owns)))
+			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, owns)))
 		}
 		if err := b.Complete(r); err != nil {
 			return err
 		}
 	}
 	g := &GangReconciler{client: mgr.GetClient(), frameworks: frameworks}
-	b := newController(mgr, gangController, g.owns, opts)
+	owns := ownsTrainJob(g.client, g.ownsRuntime)
+	b := newController(mgr, gangController, owns, g.ownsRuntime, opts)
 	for _, pg := range podGroups {
-		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(g.client, g.owns)))
+		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(g.client, owns)))
 	}
 	return b.Complete(g)
 }
@@ -180,16 +182,18 @@ func installedPodGroupKinds(mapper apimeta.RESTMapper, scheme *runtime.Scheme) (
 }
 
 // newController starts a TrainJob controller named name that sees only the TrainJobs for which
-// owns is true: their own events, and the events of the runtimes they use.
-func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) bool, opts Options) *builder.Builder {
+// owns is true: their own events, and the events of the runtimes they use, for the runtimes
+// ownsRuntime takes.
+func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) bool,
+	ownsRuntime func(*trainer.TrainingRuntimeSpec) bool, opts Options) *builder.Builder {
 	c := mgr.GetClient()
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return owns(o.(*trainer.TrainJob)) })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		For(&trainer.TrainJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, ours)).
-		Watches(&trainer.ClusterTrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, owns)),
+		Watches(&trainer.ClusterTrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, ownsRuntime)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&trainer.TrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, owns)),
+		Watches(&trainer.TrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, ownsRuntime)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
@@ -197,16 +201,29 @@ func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) b
 		})
 }
 
-// owns is the event filter of a framework controller: whether it reconciles the TrainJob. That
-// is decided by its runtime alone; a TrainJob whose runtime cannot be read goes to the plain
-// controller, which reports it.
-func (r *TrainJobReconciler) owns(tj *trainer.TrainJob) bool {
-	if !managed(tj) {
-		return false
+// ownsTrainJob is a controller's event filter: whether it reconciles a TrainJob. Only TrainJobs
+// this operator manages, and whose runtime ownsRuntime takes; a runtime that cannot be read is
+// passed as nil.
+func ownsTrainJob(c client.Reader, ownsRuntime func(*trainer.TrainingRuntimeSpec) bool) func(*trainer.TrainJob) bool {
+	return func(tj *trainer.TrainJob) bool {
+		if !Managed(tj) {
+			return false
+		}
+		rt, err := trainingruntime.Resolve(context.Background(), c, tj)
+		if err != nil {
+			return ownsRuntime(nil)
+		}
+		return ownsRuntime(rt.Spec)
 	}
+}
+
+// ownsRuntime tells whether a framework controller reconciles the TrainJobs of a runtime: that
+// is decided by its ML policy alone. TrainJobs whose runtime cannot be read (nil) go to the
+// plain controller, which reports them.
+func (r *TrainJobReconciler) ownsRuntime(spec *trainer.TrainingRuntimeSpec) bool {
 	var policy *trainer.MLPolicy
-	if rt, err := trainingruntime.Resolve(context.Background(), r.client, tj); err == nil {
-		policy = rt.Spec.MLPolicy
+	if spec != nil {
+		policy = spec.MLPolicy
 	}
 	return framework.Select(r.frameworks, policy) == r.framework
 }
@@ -227,16 +244,24 @@ func ownerOf(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc
 	}
 }
 
-// runtimeUsers queues the controller's unfinished TrainJobs that use a changed runtime, so that
-// a fixed runtime rebuilds the TrainJobs that failed to build from it, and a runtime that changes
-// framework hands its TrainJobs to the new framework's controller.
-func runtimeUsers(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc {
+// runtimeUsers queues the unfinished TrainJobs that use a changed runtime, if ownsRuntime takes
+// it, so that a fixed runtime rebuilds the TrainJobs that failed to build from it, and a runtime
+// that changes framework hands its TrainJobs to the new framework's controller. The runtime is
+// at hand: it is judged once, not read again for each of its TrainJobs.
+func runtimeUsers(c client.Client, ownsRuntime func(*trainer.TrainingRuntimeSpec) bool) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		kind := trainer.ClusterTrainingRuntimeKind
+		var spec *trainer.TrainingRuntimeSpec
 		var opts []client.ListOption
-		if o.GetNamespace() != "" {
-			kind = trainer.TrainingRuntimeKind
-			opts = append(opts, client.InNamespace(o.GetNamespace()))
+		switch rt := o.(type) {
+		case *trainer.ClusterTrainingRuntime:
+			spec = &rt.Spec
+		case *trainer.TrainingRuntime:
+			kind, spec = trainer.TrainingRuntimeKind, &rt.Spec
+			opts = append(opts, client.InNamespace(rt.Namespace))
+		}
+		if spec == nil || !ownsRuntime(spec) {
+			return nil
 		}
 		tjs := &trainer.TrainJobList{}
 		opts = append(opts, client.MatchingFields{runtimeRefIndex: kind + "/" + o.GetName()})
@@ -246,7 +271,7 @@ func runtimeUsers(c client.Client, owns func(*trainer.TrainJob) bool) handler.Ma
 		}
 		var reqs []reconcile.Request
 		for i := range tjs.Items {
-			if tj := &tjs.Items[i]; !finished(tj) && owns(tj) {
+			if tj := &tjs.Items[i]; Managed(tj) && !finished(tj) {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tj)})
 			}
 		}

@@ -208,14 +208,15 @@ func activeTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*tr
 	if err := c.Get(ctx, req.NamespacedName, tj); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if !managed(tj) || finished(tj) {
+	if !Managed(tj) || finished(tj) {
 		return nil, nil
 	}
 	return tj, nil
 }
 
-// managed reports whether this operator reconciles the TrainJob, rather than e.g. MultiKueue.
-func managed(tj *trainer.TrainJob) bool {
+// Managed reports whether this operator reconciles the TrainJob, rather than e.g. MultiKueue:
+// spec.managedBy is unset or names this operator.
+func Managed(tj *trainer.TrainJob) bool {
 	return ptr.Deref(tj.Spec.ManagedBy, trainer.TrainJobControllerName) == trainer.TrainJobControllerName
 }
 

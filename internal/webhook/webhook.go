@@ -22,6 +22,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -110,7 +111,7 @@ func (w *trainJobWebhook) ValidateDelete(context.Context, *trainer.TrainJob) (ad
 }
 
 func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (admission.Warnings, error) {
-	if ptr.Deref(tj.Spec.ManagedBy, trainer.TrainJobControllerName) != trainer.TrainJobControllerName {
+	if !controller.Managed(tj) {
 		return nil, nil // Another controller runs it, against a runtime there.
 	}
 	rt, err := trainingruntime.Resolve(ctx, w.client, tj)

@@ -47,12 +47,6 @@ func WithoutPodGroupCRDs(s *settings) {
 // server on loopback with certificates envtest makes; StartManager serves them there.
 func WithWebhooks(s *settings) { s.webhooks = true }
 
-// CRDPaths returns the files and folders holding the CRDs to install: config/crd/bases of this
-// repository, JobSet's, and the PodGroups', the third-party ones from the Go module cache.
-func CRDPaths(opts ...Option) ([]string, error) {
-	return crdPaths(newSettings(opts))
-}
-
 func newSettings(opts []Option) *settings {
 	s := &settings{crds: append([]crd{{"", "config/crd/bases"}, jobSetCRD}, podGroupCRDs...)}
 	for _, opt := range opts {
@@ -61,6 +55,8 @@ func newSettings(opts []Option) *settings {
 	return s
 }
 
+// crdPaths returns the files and folders holding the CRDs to install: config/crd/bases of this
+// repository, JobSet's, and the PodGroups', the third-party ones from the Go module cache.
 func crdPaths(s *settings) ([]string, error) {
 	var paths []string
 	for _, c := range s.crds {
