@@ -136,6 +136,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	for _, fw := range frameworks {
 		r := &TrainJobReconciler{
 			client:             mgr.GetClient(),
+			apiReader:          mgr.GetAPIReader(),
 			recorder:           mgr.GetEventRecorder(fieldManager(fw)),
 			framework:          fw,
 			frameworks:         frameworks,

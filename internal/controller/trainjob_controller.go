@@ -34,7 +34,9 @@ const conflictRetry = 100 * time.Millisecond
 
 // TrainJobReconciler reconciles the TrainJobs whose runtime selects its framework.
 type TrainJobReconciler struct {
-	client    client.Client
+	client client.Client
+	// apiReader reads from the API server, past the cache.
+	apiReader client.Reader
 	recorder  events.EventRecorder
 	framework framework.Framework
 	// frameworks are all the frameworks the manager runs, to tell whose a TrainJob is.
@@ -78,13 +80,11 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	log := ctrl.LoggerFrom(ctx)
 
 	// 1. Read the JobSet the TrainJob already has, if any.
-	js := &jobsetv1alpha2.JobSet{}
-	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), js); {
-	case apierrors.IsNotFound(err):
-		js = nil
+	js, err := r.jobSet(ctx, tj)
+	switch {
 	case err != nil:
 		return ctrl.Result{}, err
-	case !metav1.IsControlledBy(js, tj):
+	case js != nil && !metav1.IsControlledBy(js, tj):
 		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
 			fmt.Sprintf("JobSet %q already exists and does not belong to this TrainJob", js.Name))
 		return ctrl.Result{}, nil
@@ -152,6 +152,21 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		setJobSetStatus(tj, &js.Status)
 	}
 	return ctrl.Result{}, nil
+}
+
+// jobSet reads the TrainJob's JobSet, or nil when there is none. The cache may not have seen a
+// JobSet that someone else created a moment ago, and applying over it would take it over: before
+// the operator creates one, the API server confirms there is none.
+func (r *TrainJobReconciler) jobSet(ctx context.Context, tj *trainer.TrainJob) (*jobsetv1alpha2.JobSet, error) {
+	key, js := client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}
+	err := r.client.Get(ctx, key, js)
+	if apierrors.IsNotFound(err) {
+		err = r.apiReader.Get(ctx, key, js)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return js, err
 }
 
 // waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that does not exist yet.
