@@ -51,8 +51,15 @@ verify: manifests generate fmt ## Fail when generated or formatted files differ 
 	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd)" || { git status --porcelain -- api config internal cmd; echo "Untracked generated files: commit them."; exit 1; }
 
 .PHONY: test
-test: manifests generate fmt vet envtest-assets kube-controller-manager ## Run the unit and integration (envtest) tests.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -count=1
+test: test-integration test-e2e ## Run all the tests: unit, integration (envtest) and end-to-end (local cluster).
+
+.PHONY: test-integration
+test-integration: manifests generate fmt vet envtest-assets kube-controller-manager ## Run the unit and integration (envtest) tests.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1
+
+.PHONY: test-e2e
+test-e2e: localcluster-assets ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, and TrainJobs per second end to end.
@@ -70,9 +77,9 @@ build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 
 .PHONY: run
-run: build envtest-assets ## Start a local control plane, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all).
+run: build localcluster-assets ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all).
 	$(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster -install config/runtimes -- $(LOCALBIN)/manager $(ARGS)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).

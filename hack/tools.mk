@@ -18,6 +18,11 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.2
 K8S_VERSION ?= v1.36.3
 ETCD_VERSION ?= v3.6.16
+KWOK_VERSION ?= v0.8.0
+## JOBSET_VERSION and SCHEDULER_PLUGINS_VERSION must match go.mod and hack/tools/<mod>/go.mod:
+## the local cluster runs the controllers whose CRDs and Go types the operator is built with.
+JOBSET_VERSION ?= v0.12.0
+SCHEDULER_PLUGINS_VERSION ?= v0.34.7
 
 ## Locations.
 GO ?= go
@@ -29,6 +34,10 @@ ETCD ?= $(LOCALBIN)/etcd
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
 KUBECTL ?= $(LOCALBIN)/kubectl
 KUBE_CONTROLLER_MANAGER ?= $(LOCALBIN)/kube-controller-manager
+JOBSET_CONTROLLER ?= $(LOCALBIN)/jobset-controller
+SCHEDULER_PLUGINS_SCHEDULER ?= $(LOCALBIN)/scheduler-plugins-scheduler
+SCHEDULER_PLUGINS_CONTROLLER ?= $(LOCALBIN)/scheduler-plugins-controller
+KWOK ?= $(LOCALBIN)/kwok
 # Folder for KUBEBUILDER_ASSETS: etcd, kube-apiserver and kubectl side by side.
 ENVTEST_ASSETS ?= $(LOCALBIN)
 
@@ -37,14 +46,19 @@ $(LOCALBIN):
 
 ##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
 
-.PHONY: controller-gen kustomize etcd kube-apiserver kubectl kube-controller-manager envtest-assets
+.PHONY: controller-gen kustomize etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
+.PHONY: jobset-controller scheduler-plugins kwok
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
 kustomize: $(KUSTOMIZE) ## Build kustomize.
 etcd: $(ETCD) ## Build etcd.
 kube-apiserver: $(KUBE_APISERVER) ## Build kube-apiserver.
 kubectl: $(KUBECTL) ## Build kubectl.
-kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build kube-controller-manager (local e2e cluster).
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build kube-controller-manager (local cluster).
+jobset-controller: $(JOBSET_CONTROLLER) ## Build the JobSet controller (local cluster).
+scheduler-plugins: $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) ## Build the scheduler-plugins scheduler and controller (local cluster).
+kwok: $(KWOK) ## Build KWOK (local cluster).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
+localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) ## Build every program of the local cluster (make run, make test-e2e).
 
 ## controller-gen and kustomize: plain `go install pkg@version` (their go.mod
 ## has no local replaces). Installed as <tool>-<version> plus a symlink
@@ -61,6 +75,11 @@ $(CONTROLLER_GEN): $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 	ln -sf $(notdir $<) $@
 $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION): | $(LOCALBIN)
 	$(call go-install-tool,$@,controller-gen,sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION))
+
+$(KWOK): $(LOCALBIN)/kwok-$(KWOK_VERSION)
+	ln -sf $(notdir $<) $@
+$(LOCALBIN)/kwok-$(KWOK_VERSION): | $(LOCALBIN)
+	$(call go-install-tool,$@,kwok,sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION))
 
 $(KUSTOMIZE): $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 	ln -sf $(notdir $<) $@
@@ -101,3 +120,21 @@ $(KUBECTL): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
 $(KUBE_CONTROLLER_MANAGER): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
 	$(call build-k8s-cmd,kube-controller-manager)
 
+
+## JobSet's controller is its module's root package, which `go install` refuses here; the
+## scheduler-plugins commands need their module's replace block. Both build from a module of ours.
+JOBSET_MOD := $(TOOLS_MOD_DIR)/jobset
+$(JOBSET_CONTROLLER): $(JOBSET_MOD)/go.mod $(JOBSET_MOD)/go.sum | $(LOCALBIN)
+	$(call check-mod-version,$(JOBSET_MOD),sigs.k8s.io/jobset,$(JOBSET_VERSION))
+	cd $(JOBSET_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $@) sigs.k8s.io/jobset
+
+SCHEDULER_PLUGINS_MOD := $(TOOLS_MOD_DIR)/scheduler-plugins
+# build-scheduler-plugins-cmd: $(1) command under sigs.k8s.io/scheduler-plugins/cmd/
+define build-scheduler-plugins-cmd
+	$(call check-mod-version,$(SCHEDULER_PLUGINS_MOD),sigs.k8s.io/scheduler-plugins,$(SCHEDULER_PLUGINS_VERSION))
+	cd $(SCHEDULER_PLUGINS_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $@) sigs.k8s.io/scheduler-plugins/cmd/$(1)
+endef
+$(SCHEDULER_PLUGINS_SCHEDULER): $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN)
+	$(call build-scheduler-plugins-cmd,scheduler)
+$(SCHEDULER_PLUGINS_CONTROLLER): $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN)
+	$(call build-scheduler-plugins-cmd,controller)

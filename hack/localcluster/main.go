@@ -1,12 +1,15 @@
-// Command localcluster starts a local control plane (etcd and kube-apiserver from bin/, on
-// loopback, state in a temporary folder) with the operator's CRDs, the JobSet and PodGroup CRDs
-// and the operator's webhook configurations, runs the command after "--" (the manager) against
-// it in the foreground, serving the webhooks on loopback, and then applies the kustomizations
-// given with -install. Ctrl-C stops the command, then the control plane, and removes the state.
+// Command localcluster starts a local cluster on loopback (see testenv.WithLocalCluster: etcd,
+// kube-apiserver, kube-controller-manager, the scheduler-plugins scheduler with Coscheduling and
+// its PodGroup controller, the JobSet controller with its webhooks, and KWOK faking nodes and
+// their pods), with the operator's CRDs and webhook configurations. It runs the command after
+// "--" (the manager) against it in the foreground, serving the webhooks on loopback, and then
+// applies the kustomizations given with -install. Ctrl-C stops the command, then the cluster,
+// and removes the state.
 //
 //	go run ./hack/localcluster -install config/runtimes -- bin/manager [manager flags]
 //
-// The control-plane binaries come from KUBEBUILDER_ASSETS, else the repository's bin/.
+// The cluster's binaries come from KUBEBUILDER_ASSETS, else the repository's bin/
+// (`make localcluster-assets`).
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/trainjob/operator/test/testenv"
@@ -38,6 +42,14 @@ func main() {
 
 func run() error {
 	var install []string
+	local := testenv.DefaultLocalOptions()
+	flag.IntVar(&local.Nodes, "nodes", local.Nodes, "Number of fake nodes.")
+	var cpu, memory, gpu string
+	flag.StringVar(&cpu, "node-cpu", "16", "CPUs of each fake node.")
+	flag.StringVar(&memory, "node-memory", "64Gi", "Memory of each fake node.")
+	flag.StringVar(&gpu, "node-gpu", "4", "nvidia.com/gpu of each fake node.")
+	flag.DurationVar(&local.PodRunTime, "pod-run-time", local.PodRunTime,
+		"How long a pod of a Job runs before it succeeds (the pod annotation "+testenv.RunForAnnotation+" overrides it).")
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {
 		install = append(install, dir)
 		return nil
@@ -57,23 +69,25 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Println("Starting etcd and kube-apiserver on loopback...")
-	cluster, err := testenv.Start(testenv.WithWebhooks)
+	for _, q := range []string{cpu, memory, gpu} {
+		if _, err := resource.ParseQuantity(q); err != nil {
+			return fmt.Errorf("node capacity %q: %w", q, err)
+		}
+	}
+	local.NodeCapacity = testenv.NodeCapacity(cpu, memory, gpu)
+
+	fmt.Println("Starting the local cluster on loopback...")
+	cluster, err := testenv.Start(testenv.WithWebhooks, testenv.WithLocalCluster(local))
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	defer func() {
-		fmt.Println("Stopping the control plane...")
+		fmt.Println("Stopping the cluster...")
 		cluster.Stop()
 	}()
 	env := cluster.Env
 
-	dir, err := os.MkdirTemp("", "trainjob-localcluster-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kubeconfig := filepath.Join(cluster.Dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
@@ -100,15 +114,17 @@ func run() error {
 	}
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
-Control plane ready at %s, with the CRDs and the webhooks (served at %s).%s
+Cluster ready at %s: %d fake nodes, JobSet, the Coscheduling scheduler, and the operator's
+webhooks (served at %s).%s
   kubeconfig: %s
+  logs of the cluster's programs: %s
 Try, in another terminal:
   export KUBECONFIG=%s
-  %s apply --server-side -k config/samples
-  %s get trainer,jobsets
+  %s apply --server-side -f config/samples/trainer_v1alpha1_trainjob_torch.yaml
+  %s get trainjobs,jobsets,jobs,pods,podgroups -w
   %s explain trainjob.spec.trainer
 
-`, env.Config.Host, webhooks, installed(install), kubeconfig, kubeconfig, kubectl, kubectl, kubectl)
+`, env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl)
 
 	select {
 	case err := <-done:

@@ -6,8 +6,9 @@
 // The steps run in this order, each in its own file: start from the runtime's JobSet template;
 // apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
 // apply the initializers; apply the framework's policy; apply spec.podSpecOverrides; merge the
-// TrainJob's labels and annotations; stamp the gang's labels (last, so that nothing in the
-// TrainJob can remove them); set the name, namespace, suspension and owner. The PodGroup, if
+// TrainJob's labels and annotations; stamp the gang's labels (after the TrainJob's steps, so that
+// nothing in the TrainJob can remove them); write out JobSet's defaults; set the name, namespace,
+// suspension and owner. The PodGroup, if
 // the runtime's gang policy needs one, is sized from the finished JobSet.
 package build
 
@@ -68,6 +69,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		applyPodSpecOverrides,
 		applyMetadata,
 		gang.Stamp,
+		applyJobSetDefaults,
 	}
 	for _, step := range steps {
 		if err := step(b); err != nil {
@@ -109,6 +111,7 @@ func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*job
 	ac := jobsetac.JobSet(tj.Name, tj.Namespace).
 		WithLabels(js.Labels).
 		WithAnnotations(js.Annotations).
+		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj)}).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj))
 	ac.Spec = &jobsetac.JobSetSpecApplyConfiguration{}
 	if err := json.Unmarshal(spec, ac.Spec); err != nil {

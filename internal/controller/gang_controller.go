@@ -52,16 +52,22 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, nil
 	}
 
-	// A running gang is settled: its PodGroup changes only while the JobSet is suspended, or is
-	// put back if someone deleted it.
+	// The PodGroup is built with the JobSet's rule: from the TrainJob as it is now, while its
+	// JobSet is suspended or not there yet. A running gang is settled (but its PodGroup is put
+	// back if someone deleted it).
 	key := client.ObjectKeyFromObject(tj)
-	js := &jobsetv1alpha2.JobSet{}
-	if err := r.client.Get(ctx, key, js); err == nil && !ptr.Deref(js.Spec.Suspend, false) {
-		if err := r.client.Get(ctx, key, pg); !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, ignoreNoMatch(err)
+	switch err := r.client.Get(ctx, key, pg); {
+	case err == nil && framework.Built(pg, tj):
+		return ctrl.Result{}, nil
+	case err == nil:
+		js := &jobsetv1alpha2.JobSet{}
+		if err := r.client.Get(ctx, key, js); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		} else if err == nil && !ptr.Deref(js.Spec.Suspend, false) {
+			return ctrl.Result{}, nil
 		}
-	} else if client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, err
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, ignoreNoMatch(err)
 	}
 
 	children, err := build.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))

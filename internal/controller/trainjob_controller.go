@@ -50,7 +50,7 @@ type TrainJobReconciler struct {
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/status,verbs=update
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainingruntimes;clustertrainingruntimes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one TrainJob's children in line with it and writes its status once.
@@ -114,12 +114,21 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, nil
 	}
 
-	// 3. Write the JobSet. A running JobSet is never rewritten: changes to the TrainJob or its
-	// runtime reach it only while it is suspended. Otherwise only its suspend flag follows the
-	// TrainJob's. A JobSet whose pods may start waits for its gang's PodGroup.
+	// 3. Write the JobSet. It is built when it is first created, and built again only when the
+	// TrainJob changed while suspended: a runtime's change alone never reaches it. Otherwise only
+	// its suspend flag follows the TrainJob's. A JobSet whose pods may start waits for its gang's
+	// PodGroup, built from the same spec.
 	suspend := ptr.Deref(tj.Spec.Suspend, false)
 	switch {
-	case rt != nil && (js == nil || ptr.Deref(js.Spec.Suspend, false)):
+	case js != nil && js.DeletionTimestamp != nil:
+		// Being deleted, to be created again (below): its deletion queues the TrainJob.
+		return ctrl.Result{}, nil
+	case js == nil || (jobSetWasSuspended && !framework.Built(js, tj)):
+		if rt == nil {
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
+				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
+			return ctrl.Result{}, nil
+		}
 		if !suspend {
 			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
 				return ctrl.Result{}, err
@@ -130,7 +139,13 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 			return ctrl.Result{}, nil
 		}
-		if err := r.write(ctx, children, js == nil); err != nil {
+		err = r.write(ctx, children, js == nil)
+		if js != nil && apierrors.IsInvalid(err) {
+			// JobSet lets a suspended JobSet change only its pods' labels, annotations, node
+			// selector, tolerations and scheduling gates. Other changes make a new one.
+			return ctrl.Result{}, r.recreate(ctx, js, err)
+		}
+		if err != nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
@@ -169,8 +184,22 @@ func (r *TrainJobReconciler) jobSet(ctx context.Context, tj *trainer.TrainJob) (
 	return js, err
 }
 
-// waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that does not exist yet.
-// The gang controller creates it, and its creation queues the TrainJob again. A PodGroup kind
+// recreate deletes a suspended JobSet that cannot take the TrainJob's changes, so that it is
+// created again as the TrainJob now says. Its Jobs go first (foreground deletion): the new
+// JobSet's Jobs take their names. Its deletion queues the TrainJob.
+func (r *TrainJobReconciler) recreate(ctx context.Context, js *jobsetv1alpha2.JobSet, refusal error) error {
+	err := r.client.Delete(ctx, js, client.PropagationPolicy(metav1.DeletePropagationForeground), client.Preconditions{UID: &js.UID})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting JobSet %s to create it again: %w", klog.KObj(js), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleting the suspended JobSet to create it again with the TrainJob's changes",
+		"jobSet", klog.KObj(js), "refusal", refusal.Error())
+	return nil
+}
+
+// waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that does not exist yet,
+// or was built from an older spec of the TrainJob. The gang controller writes it, and that
+// queues the TrainJob again. A PodGroup kind
 // whose CRD is not installed cannot be waited for: the TrainJob is told so.
 func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime) (bool, error) {
 	pg := gang.PodGroupObject(rt.Spec.PodGroupPolicy)
@@ -178,8 +207,11 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 		return false, nil
 	}
 	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), pg); {
-	case err == nil:
+	case err == nil && framework.Built(pg, tj):
 		return false, nil
+	case err == nil:
+		ctrl.LoggerFrom(ctx).V(2).Info("Waiting for the PodGroup to be resized")
+		return true, nil
 	case apierrors.IsNotFound(err):
 		ctrl.LoggerFrom(ctx).V(2).Info("Waiting for the PodGroup")
 		return true, nil
@@ -217,13 +249,14 @@ func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children
 }
 
 // activeTrainJob reads the TrainJob of a request, or returns nil when there is nothing to do for
-// it: it is gone, someone else manages it, or it is finished.
+// it: it is gone or going (a foreground deletion keeps it until its JobSet is gone: never create
+// one again then), someone else manages it, or it is finished.
 func activeTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*trainer.TrainJob, error) {
 	tj := &trainer.TrainJob{}
 	if err := c.Get(ctx, req.NamespacedName, tj); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if !Managed(tj) || finished(tj) {
+	if !tj.DeletionTimestamp.IsZero() || !Managed(tj) || finished(tj) {
 		return nil, nil
 	}
 	return tj, nil

@@ -1,7 +1,10 @@
 package framework
 
 import (
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -108,4 +111,25 @@ func OwnerReferenceApplyConfiguration(tj *trainer.TrainJob) *metav1ac.OwnerRefer
 		WithUID(ref.UID).
 		WithController(*ref.Controller).
 		WithBlockOwnerDeletion(*ref.BlockOwnerDeletion)
+}
+
+// SpecHashAnnotation on a TrainJob's JobSet and PodGroup records which TrainJob spec they were
+// built from (SpecHash), so that they are rebuilt while suspended only when the TrainJob
+// changed, never because its runtime did: runtimes are blueprints.
+const SpecHashAnnotation = "trainer.kubeflow.org/trainjob-spec-hash"
+
+// Built reports whether a child was built from the TrainJob's spec as it is now.
+func Built(child metav1.Object, tj *trainer.TrainJob) bool {
+	return child.GetAnnotations()[SpecHashAnnotation] == SpecHash(tj)
+}
+
+// SpecHash is a digest of everything in a TrainJob's spec that its JobSet is built from: all of
+// it but spec.suspend, which the JobSet follows without a rebuild.
+func SpecHash(tj *trainer.TrainJob) string {
+	spec := tj.Spec.DeepCopy()
+	spec.Suspend = nil
+	data, _ := json.Marshal(spec) // A spec always encodes: it was decoded from JSON.
+	sum := fnv.New64a()
+	_, _ = sum.Write(data)
+	return strconv.FormatUint(sum.Sum64(), 36)
 }

@@ -91,6 +91,7 @@ func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
 	if policy.Coscheduling != nil {
 		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
 			WithLabels(b.Labels()).
+			WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj)}).
 			WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 			WithSpec(schedulerpluginsac.PodGroupSpec().
 				WithMinMember(members).
@@ -103,6 +104,7 @@ func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
 	}
 	pg := volcanoac.PodGroup(tj.Name, tj.Namespace).
 		WithLabels(b.Labels()).
+		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj)}).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 		WithSpec(spec)
 	// Volcano's generated apply configurations predate the methods controller-runtime's Apply

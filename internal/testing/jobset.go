@@ -1,8 +1,10 @@
 package testing
 
 import (
+	"maps"
 	"slices"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,7 +20,9 @@ type JobSetWrapper struct{ jobsetv1alpha2.JobSet }
 
 // MakeJobSet returns the JobSet that the TrainJob tj builds from a runtime spec before any of
 // the TrainJob's values are applied: the runtime's template, named and owned by tj, not
-// suspended, with every job labelled as the trainer's running one pod.
+// suspended, with every job labelled as the trainer's running one pod, and JobSet's defaults
+// where the template leaves them out (all jobs must succeed, they start in any order, Indexed
+// jobs whose pods restart on failure, pod host names that resolve).
 func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetWrapper {
 	w := &JobSetWrapper{jobsetv1alpha2.JobSet{
 		TypeMeta: metav1.TypeMeta{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet"},
@@ -26,12 +30,16 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 			Name:            tj.Name,
 			Namespace:       tj.Namespace,
 			Labels:          spec.Template.Labels,
-			Annotations:     spec.Template.Annotations,
+			Annotations:     maps.Clone(spec.Template.Annotations),
 			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
 		},
 		Spec: spec.Template.Spec,
 	}}
 	w.JobSet = *w.DeepCopy()
+	if w.JobSet.Annotations == nil {
+		w.JobSet.Annotations = map[string]string{}
+	}
+	w.JobSet.Annotations[framework.SpecHashAnnotation] = framework.SpecHash(tj)
 	w.Spec.Suspend = ptr.To(false)
 	for i := range w.Spec.ReplicatedJobs {
 		job := &w.Spec.ReplicatedJobs[i]
@@ -39,6 +47,21 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 			job.Template.Spec.Parallelism = ptr.To[int32](1)
 			job.Template.Spec.Completions = ptr.To[int32](1)
 		}
+		if job.Template.Spec.CompletionMode == nil {
+			job.Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+		}
+		if job.Template.Spec.Template.Spec.RestartPolicy == "" {
+			job.Template.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		}
+	}
+	if w.Spec.SuccessPolicy == nil {
+		w.Spec.SuccessPolicy = &jobsetv1alpha2.SuccessPolicy{Operator: jobsetv1alpha2.OperatorAll}
+	}
+	if w.Spec.StartupPolicy == nil {
+		w.Spec.StartupPolicy = &jobsetv1alpha2.StartupPolicy{StartupPolicyOrder: jobsetv1alpha2.AnyOrder}
+	}
+	if w.Spec.Network == nil {
+		w.Spec.Network = &jobsetv1alpha2.Network{EnableDNSHostnames: ptr.To(true), PublishNotReadyAddresses: ptr.To(true)}
 	}
 	return w
 }
@@ -58,9 +81,11 @@ func (w *JobSetWrapper) Labels(l map[string]string) *JobSetWrapper {
 	return w
 }
 
-// Annotations sets the JobSet's annotations.
+// Annotations sets the JobSet's annotations, besides the spec hash the build records.
 func (w *JobSetWrapper) Annotations(a map[string]string) *JobSetWrapper {
-	w.ObjectMeta.Annotations = a
+	hash := w.ObjectMeta.Annotations[framework.SpecHashAnnotation]
+	w.ObjectMeta.Annotations = maps.Clone(a)
+	w.ObjectMeta.Annotations[framework.SpecHashAnnotation] = hash
 	return w
 }
 

@@ -2,8 +2,12 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -34,11 +38,20 @@ type Cluster struct {
 	Env *envtest.Environment
 	// Client reads from the API server, not a cache: tests see what is there.
 	Client client.Client
+	// Dir holds the state of the programs the cluster runs beside the API server (kubeconfigs,
+	// configuration files, logs in Dir/logs); it is removed by Stop.
+	Dir string
+
+	settings *settings
+	procs    []*process
+	cleanup  []func()
 }
 
-// Start starts an environment made by New with opts.
-func Start(opts ...Option) (*Cluster, error) {
-	env, err := New(opts...)
+// Start starts an environment made by New with opts. With WithLocalCluster, it is a whole local
+// cluster: see StartLocal.
+func Start(opts ...Option) (_ *Cluster, err error) {
+	s := newSettings(opts)
+	env, err := newEnv(s)
 	if err != nil {
 		return nil, err
 	}
@@ -46,19 +59,51 @@ func Start(opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
+	c := &Cluster{Env: env, settings: s}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.Dir, err = os.MkdirTemp("", "trainjob-cluster-"); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(c.LogDir(), 0o755); err != nil {
+		return nil, err
+	}
 	// Tests create objects in numbers: not at client-go's default 5 queries per second.
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 500, 500
-	c, err := client.New(cfg, client.Options{Scheme: Scheme})
-	if err != nil {
-		_ = env.Stop()
+	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
 		return nil, err
 	}
-	return &Cluster{Env: env, Client: c}, nil
+	if s.local != nil {
+		if err := c.startLocal(*s.local); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
-// Stop stops the environment.
-func (c *Cluster) Stop() { _ = c.Env.Stop() }
+// LogDir is the folder of the log files of the programs the cluster runs, one per program.
+func (c *Cluster) LogDir() string { return filepath.Join(c.Dir, "logs") }
+
+// Stop stops the programs the cluster runs, last started first, then the API server and etcd,
+// and removes their state.
+func (c *Cluster) Stop() {
+	for _, p := range slices.Backward(c.procs) {
+		p.stop()
+	}
+	c.procs = nil
+	for _, f := range slices.Backward(c.cleanup) {
+		f()
+	}
+	c.cleanup = nil
+	_ = c.Env.Stop()
+	if c.Dir != "" {
+		_ = os.RemoveAll(c.Dir)
+	}
+}
 
 // Install applies a kustomization folder of the repository, such as "config/runtimes".
 func (c *Cluster) Install(ctx context.Context, dir string) error {
@@ -72,6 +117,50 @@ func (c *Cluster) Install(ctx context.Context, dir string) error {
 	}
 	if err := Apply(ctx, c.Client, "testenv", objs...); err != nil {
 		return fmt.Errorf("installing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Kubeconfig writes a kubeconfig of an administrator named user into the cluster's folder and
+// returns its path: each program of the cluster gets its own, so that the API server's audit and
+// managed fields tell them apart.
+func (c *Cluster) Kubeconfig(user string) (string, error) {
+	u, err := c.Env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding user %s: %w", user, err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, user+".kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
+}
+
+// run starts a program of the cluster from the assets folder; Stop stops it.
+func (c *Cluster) run(name string, env []string, args ...string) error {
+	p, err := startProcess(c.LogDir(), name, env, args...)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+// waitFor waits up to a minute for ready to be true, failing early when a program of the
+// cluster exits.
+func (c *Cluster) waitFor(what string, ready func() bool) error {
+	deadline := time.Now().Add(time.Minute)
+	for !ready() {
+		for _, p := range c.procs {
+			if err := p.exited(); err != nil {
+				return fmt.Errorf("waiting for %s: %w", what, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out waiting for " + what)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
 }

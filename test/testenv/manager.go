@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	jobsetwebhooks "sigs.k8s.io/jobset/pkg/webhooks"
 
 	"github.com/trainjob/operator/internal/controller"
 	operatorwebhook "github.com/trainjob/operator/internal/webhook"
@@ -20,7 +21,8 @@ import (
 
 // StartManager starts the operator's manager as cmd/main.go builds it, with every controller,
 // against a started environment, and waits for its cache. When the environment has webhooks
-// (WithWebhooks), the manager serves them, and StartManager waits until it does. The returned
+// (WithWebhooks), the manager serves them, and StartManager waits until it does. Beside a bare
+// API server, where no JobSet controller runs, the manager serves JobSet's webhooks as well. The returned
 // function stops the manager and waits until it has. Controllers may be registered again in the
 // same process, so a test can restart the manager.
 func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
@@ -52,8 +54,14 @@ func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
 		cancel()
 		return nil, err
 	}
-	if len(hooks.Paths) > 0 {
+	if c.settings.webhooks {
 		if err := operatorwebhook.Setup(mgr, controller.Frameworks()); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	if c.settings.local == nil {
+		if err := jobsetwebhooks.Setup(mgr); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -65,7 +73,7 @@ func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
 		stop()
 		return nil, fmt.Errorf("the manager's cache did not sync")
 	}
-	if len(hooks.Paths) > 0 {
+	if len(hooks.MutatingWebhooks)+len(hooks.ValidatingWebhooks) > 0 {
 		if err := waitForTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))); err != nil {
 			stop()
 			return nil, err

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -33,6 +32,8 @@ type crd struct{ module, path string }
 type settings struct {
 	crds     []crd
 	webhooks bool
+	// local, when set, makes the environment a whole local cluster (StartLocal).
+	local *LocalOptions
 }
 
 // Option changes the environment New returns.
@@ -84,7 +85,10 @@ func AssetsDir() (string, error) {
 
 // New returns an environment with all the CRDs, ready to Start, with the binaries of assetsDir.
 func New(opts ...Option) (*envtest.Environment, error) {
-	s := newSettings(opts)
+	return newEnv(newSettings(opts))
+}
+
+func newEnv(s *settings) (*envtest.Environment, error) {
 	paths, err := crdPaths(s)
 	if err != nil {
 		return nil, err
@@ -104,6 +108,16 @@ func New(opts ...Option) (*envtest.Environment, error) {
 			return nil, err
 		}
 		env.WebhookInstallOptions.Paths = []string{filepath.Join(root, "config", "webhook")}
+	}
+	if s.local == nil {
+		// No JobSet controller runs: the manager serves JobSet's webhooks itself (StartManager),
+		// so that the operator hears JobSet's rules all the same.
+		mutating, validating, err := jobSetWebhooks()
+		if err != nil {
+			return nil, err
+		}
+		env.WebhookInstallOptions.MutatingWebhooks = mutating
+		env.WebhookInstallOptions.ValidatingWebhooks = validating
 	}
 	return env, nil
 }
@@ -129,39 +143,14 @@ func moduleDir(module string) (string, error) {
 	return dir, nil
 }
 
-// StartGarbageCollector runs kube-controller-manager's garbage collector against a started
-// environment, so that owner references are honoured as in a real cluster: deleting an owner
-// deletes its children. The returned function stops it.
-func StartGarbageCollector(env *envtest.Environment) (stop func(), err error) {
-	user, err := env.AddUser(envtest.User{Name: "garbage-collector", Groups: []string{"system:masters"}}, nil)
+// StartGarbageCollector runs kube-controller-manager's garbage collector beside a bare API
+// server, so that owner references are honoured as in a real cluster: deleting an owner deletes
+// its children. Stop stops it. (A local cluster runs the whole kube-controller-manager.)
+func (c *Cluster) StartGarbageCollector() error {
+	kubeconfig, err := c.Kubeconfig("garbage-collector")
 	if err != nil {
-		return nil, fmt.Errorf("adding a user for the garbage collector: %w", err)
+		return err
 	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "garbage-collector-")
-	if err != nil {
-		return nil, err
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		return nil, err
-	}
-	assets, err := AssetsDir()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(filepath.Join(assets, "kube-controller-manager"),
-		"--kubeconfig="+path, "--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0", "-v=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
-	}
-	return func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		_ = os.RemoveAll(dir)
-	}, nil
+	return c.run("kube-controller-manager", nil,
+		"--kubeconfig="+kubeconfig, "--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0", "-v=1")
 }

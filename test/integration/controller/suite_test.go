@@ -65,12 +65,10 @@ func run(m *testing.M) int {
 	}
 	defer cluster.Stop()
 	k8sClient = cluster.Client
-	stopGC, err := testenv.StartGarbageCollector(cluster.Env)
-	if err != nil {
+	if err := cluster.StartGarbageCollector(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer stopGC()
 	if stopManager, err = startManager(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// nodeJob is a replicated job "node" whose pods run the trainer container "node", asking for cpu,
+// and fail rather than restart: a failed pod fails its Job, and so the JobSet.
+func nodeJob(cpu string) jobsetv1alpha2.ReplicatedJob {
+	rj := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	rj.Template.Spec.BackoffLimit = ptr.To[int32](0)
+	pod := &rj.Template.Spec.Template
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+	return rj
+}
+
+// createRuntime creates a TrainingRuntime in ns.
+func createRuntime(t *testing.T, ns, name string, spec trainer.TrainingRuntimeSpec) *trainer.TrainingRuntime {
+	t.Helper()
+	rt := utiltesting.TrainingRuntime(name, ns, spec)
+	require.NoError(t, k8sClient.Create(context.Background(), rt))
+	return rt
+}
+
+// createTrainJob creates a TrainJob of a TrainingRuntime in ns.
+func createTrainJob(t *testing.T, ns, name, runtime string, change func(*utiltesting.TrainJobWrapper)) *trainer.TrainJob {
+	t.Helper()
+	w := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.TrainingRuntimeKind, runtime)
+	if change != nil {
+		change(w)
+	}
+	tj := w.Obj()
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	return tj
+}
+
+// names lists the names of objects, with their UIDs: a recreated object shows as a change.
+func names[T any, P interface {
+	*T
+	client.Object
+}](items []T) []string {
+	var out []string
+	for i := range items {
+		o := P(&items[i])
+		out = append(out, o.GetName()+"/"+string(o.GetUID()))
+	}
+	return out
+}
+
+func jobsOf(t require.TestingT, tj *trainer.TrainJob) []batchv1.Job {
+	list := &batchv1.JobList{}
+	require.NoError(t, k8sClient.List(context.Background(), list, client.InNamespace(tj.Namespace),
+		client.MatchingLabels{jobsetv1alpha2.JobSetNameKey: tj.Name}))
+	return list.Items
+}
+
+// TestFailedTrainerPodFailsTheTrainJob fails the trainer's pod and watches the TrainJob fail with
+// the JobSet's reason and message, and nothing start again.
+func TestFailedTrainerPodFailsTheTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	job := nodeJob("100m")
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.FailAnnotation: "true"}
+	createRuntime(t, ns, "failing", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).Obj())
+	tj := createTrainJob(t, ns, "fails", "failing", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(2) })
+
+	got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed))
+	js := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js))
+	jsFailed := apimeta.FindStatusCondition(js.Status.Conditions, string(jobsetv1alpha2.JobSetFailed))
+	require.NotNil(t, jsFailed, "the JobSet has no Failed condition")
+	failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+	assert.Equal(t, jsFailed.Reason, failed.Reason)
+	assert.Equal(t, jsFailed.Message, failed.Message)
+	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete))
+
+	// Once failed, final: the same JobSet, Jobs and pods stay, and nothing new runs.
+	jobs, ps := names(jobsOf(t, tj)), names(pods(t, tj))
+	time.Sleep(3 * podRunTime)
+	again := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), again))
+	assert.Equal(t, js.UID, again.UID, "the JobSet was recreated")
+	assert.ElementsMatch(t, jobs, names(jobsOf(t, tj)), "Jobs were recreated")
+	assert.ElementsMatch(t, ps, names(pods(t, tj)), "pods were recreated")
+	assert.Equal(t, got.Status.Conditions, waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed)).Status.Conditions)
+}
+
+// addNode adds a fake node of cpu CPUs, labelled pool=<pool>, so that a test's pods can be kept
+// to capacity of its own with a node selector.
+func addNode(t *testing.T, name, pool, cpu string) {
+	t.Helper()
+	require.NoError(t, cluster.AddNode(context.Background(), name, testenv.NodeCapacity(cpu, "16Gi", "0"), map[string]string{"pool": pool}))
+}
+
+// inPool keeps a TrainJob's pods on the nodes of a pool, and keeps them running for an hour.
+func inPool(pool string) func(*utiltesting.TrainJobWrapper) {
+	return func(w *utiltesting.TrainJobWrapper) {
+		w.NumNodes(3).PodSpecOverrides(trainer.PodSpecOverride{NodeSelector: map[string]string{"pool": pool}})
+		w.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	}
+}
+
+// TestGangBindsAllOrNothing runs three 4-CPU pods on a pool of two 4-CPU nodes: without a gang,
+// two pods bind and one waits; as a coscheduling gang, none binds until a third node joins the
+// pool, and then all do.
+func TestGangBindsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	pool := ns
+	addNode(t, pool+"-a", pool, "4")
+	addNode(t, pool+"-b", pool, "4")
+
+	plain := createRuntime(t, ns, "plain", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("4")).Obj())
+	gangJob := nodeJob("4")
+	gangJob.Template.Spec.Template.Spec.SchedulerName = testenv.CoschedulingScheduler
+	createRuntime(t, ns, "gang", utiltesting.MakeRuntimeSpec().ReplicatedJobs(gangJob).
+		PodGroupPolicy(trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}).Obj())
+
+	// Without a gang, the pods that fit bind.
+	tj := createTrainJob(t, ns, "no-gang", plain.Name, inPool(pool))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ps := pods(c, tj)
+		assert.Len(c, ps, 3)
+		assert.Equal(c, 2, bound(ps))
+	}, timeout, interval, "two of three pods bind without a gang")
+	require.NoError(t, k8sClient.Delete(ctx, tj, client.PropagationPolicy("Foreground")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, pods(c, tj)) }, timeout, interval)
+
+	// As a gang, none binds while the gang cannot fit.
+	tj = createTrainJob(t, ns, "gang", "gang", inPool(pool))
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, pods(c, tj), 3) }, timeout, interval)
+	time.Sleep(5 * time.Second) // The scheduler has tried them all by now.
+	assert.Zero(t, bound(pods(t, tj)), "a pod of a gang that cannot fit was bound")
+
+	addNode(t, pool+"-c", pool, "4")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, bound(pods(c, tj))) }, 2*timeout, interval,
+		"the gang binds once it fits")
+}

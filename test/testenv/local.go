@@ -1,0 +1,500 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Annotations of a pod that tell the local cluster's fake nodes how the pod's run ends. On a
+// TrainJob's spec.annotations they reach every pod; on a runtime's pod template, that job's pods.
+const (
+	// FailAnnotation "true" makes the pod fail (exit code 1) when its run time is over, instead
+	// of succeeding.
+	FailAnnotation = "localcluster.trainer.kubeflow.org/fail"
+	// RunForAnnotation is how long the pod runs, as a Go duration ("30s", "1h"), instead of the
+	// cluster's pod run time.
+	RunForAnnotation = "localcluster.trainer.kubeflow.org/run-for"
+)
+
+// NodeLabel marks the local cluster's fake nodes, the ones KWOK runs: type=kwok.
+const NodeLabel = "type"
+
+// LocalOptions shape a local cluster.
+type LocalOptions struct {
+	// Nodes is how many fake nodes the cluster starts with.
+	Nodes int
+	// NodeCapacity is the capacity of each fake node.
+	NodeCapacity corev1.ResourceList
+	// PodRunTime is how long a pod of a Job runs, once started, before it succeeds.
+	PodRunTime time.Duration
+}
+
+// DefaultLocalOptions fit every shipped runtime and sample: 4 nodes of 16 CPUs, 64Gi of memory
+// and 4 GPUs, and pods that run for 3 seconds.
+func DefaultLocalOptions() LocalOptions {
+	return LocalOptions{
+		Nodes:        4,
+		NodeCapacity: NodeCapacity("16", "64Gi", "4"),
+		PodRunTime:   3 * time.Second,
+	}
+}
+
+// NodeCapacity is the capacity of a node with cpu, memory and nvidia.com/gpu, and room for 110
+// pods, as a kubelet's default.
+func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(cpu),
+		corev1.ResourceMemory: resource.MustParse(memory),
+		"nvidia.com/gpu":      resource.MustParse(gpu),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+}
+
+// WithLocalCluster makes Start start a whole local cluster around the API server:
+//
+//   - kube-controller-manager (the Job controller, the garbage collector and the rest a cluster
+//     runs, but the node and cloud controllers),
+//   - the scheduler-plugins scheduler with the Coscheduling plugin, and its PodGroup controller,
+//   - the JobSet controller, serving its own admission webhooks on loopback,
+//   - KWOK, faking o.Nodes nodes and the lifecycle of their pods: a pod of a Job runs for
+//     o.PodRunTime, then succeeds (see FailAnnotation and RunForAnnotation).
+//
+// Every program comes from the assets folder (`make localcluster-assets` builds them into bin/)
+// and logs to a file in LogDir.
+func WithLocalCluster(o LocalOptions) Option {
+	return func(s *settings) { s.local = &o }
+}
+
+// startLocal starts the programs of a local cluster, and its nodes, and waits until they serve.
+func (c *Cluster) startLocal(o LocalOptions) error {
+	kubeconfig, err := c.Kubeconfig("kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	if err := c.run("kube-controller-manager", nil,
+		"--kubeconfig="+kubeconfig,
+		// Nodes are KWOK's, with no kubelet to report their health, cloud or IP ranges.
+		"--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller",
+		"--service-account-private-key-file="+filepath.Join(c.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
+		"--leader-elect=false", "--secure-port=0",
+		// The defaults suit a cluster of thousands of nodes, not a test's bursts of Jobs.
+		"--kube-api-qps=500", "--kube-api-burst=500", "--concurrent-job-syncs=20", "-v=1",
+	); err != nil {
+		return err
+	}
+
+	if kubeconfig, err = c.Kubeconfig("scheduler"); err != nil {
+		return err
+	}
+	config := filepath.Join(c.Dir, "scheduler.yaml")
+	if err := os.WriteFile(config, []byte(schedulerConfig(kubeconfig)), 0o600); err != nil {
+		return err
+	}
+	if err := c.run("scheduler-plugins-scheduler", nil, "--config="+config, "--secure-port=0", "-v=1"); err != nil {
+		return err
+	}
+	if kubeconfig, err = c.Kubeconfig("podgroup-controller"); err != nil {
+		return err
+	}
+	if err := c.run("scheduler-plugins-controller", []string{"KUBECONFIG=" + kubeconfig},
+		"--metricsAddr=0", "--probeAddr=0", "--qps=500", "--burst=500", "--workers=4"); err != nil {
+		return err
+	}
+
+	if kubeconfig, err = c.Kubeconfig("jobset-controller"); err != nil {
+		return err
+	}
+	if err := c.startJobSet(kubeconfig); err != nil {
+		return err
+	}
+
+	if kubeconfig, err = c.Kubeconfig("kwok"); err != nil {
+		return err
+	}
+	config = filepath.Join(c.Dir, "kwok.yaml")
+	if err := os.WriteFile(config, []byte(kwokStages(o.PodRunTime)), 0o600); err != nil {
+		return err
+	}
+	if err := c.run("kwok", nil, "--kubeconfig="+kubeconfig, "--config="+config,
+		"--manage-nodes-with-label-selector="+NodeLabel+"=kwok"); err != nil {
+		return err
+	}
+	for i := range o.Nodes {
+		if err := c.AddNode(context.Background(), fmt.Sprintf("kwok-node-%d", i), o.NodeCapacity, nil); err != nil {
+			return err
+		}
+	}
+
+	// The service-account controller makes every namespace's "default" ServiceAccount: once
+	// there, kube-controller-manager works.
+	return c.waitFor("kube-controller-manager", func() bool {
+		return c.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{}) == nil
+	})
+}
+
+// AddNode adds a fake node of the given capacity and extra labels to a local cluster, and waits
+// until it is Ready: KWOK runs its pods.
+func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.ResourceList, labels map[string]string) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				NodeLabel:              "kwok",
+				corev1.LabelHostname:   name,
+				corev1.LabelOSStable:   "linux",
+				corev1.LabelArchStable: "amd64",
+			},
+		},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+	maps.Copy(node.Labels, labels)
+	if err := c.Client.Create(ctx, node); err != nil {
+		return fmt.Errorf("adding node %s: %w", name, err)
+	}
+	return c.waitFor("node "+name+" to be Ready", func() bool {
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			return false
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
+
+// CoschedulingScheduler is the name of the local cluster's scheduler profile with the
+// Coscheduling plugin, which binds the pods of a PodGroup all together or not at all. It is the
+// name scheduler-plugins' own install gives it; pods name it in spec.schedulerName. Other pods
+// get the default-scheduler profile, without it.
+const CoschedulingScheduler = "scheduler-plugins-scheduler"
+
+// schedulerConfig runs the scheduler-plugins scheduler with two profiles: the cluster's
+// default-scheduler, and CoschedulingScheduler. Profiles must share their queue-sort plugin, so
+// both sort as Coscheduling does: gangs together, the rest by priority and age.
+func schedulerConfig(kubeconfig string) string {
+	return `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: ` + kubeconfig + `
+  qps: 500
+  burst: 500
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    queueSort:
+      enabled:
+      - name: Coscheduling
+      disabled:
+      - name: "*"
+- schedulerName: ` + CoschedulingScheduler + `
+  plugins:
+    multiPoint:
+      enabled:
+      - name: Coscheduling
+    queueSort:
+      enabled:
+      - name: Coscheduling
+      disabled:
+      - name: "*"
+  pluginConfig:
+  - name: Coscheduling
+    args:
+      permitWaitingTimeSeconds: 10
+`
+}
+
+// kwokStages returns KWOK's configuration: the stages its fake nodes and pods go through. A node
+// is Ready at once. A pod bound to a node runs at once, and a pod of a Job ends after runFor (or
+// its RunForAnnotation): Failed with exit code 1 when its FailAnnotation is "true", else
+// Succeeded. A deleted pod is stopped (Failed, exit code 137, as a kubelet that killed it says),
+// then removed once nothing holds it by a finalizer.
+func kwokStages(runFor time.Duration) string {
+	return strings.NewReplacer(
+		"$RUN_FOR_MS", strconv.FormatInt(runFor.Milliseconds(), 10),
+		"$RUN_FOR", RunForAnnotation,
+		"$FAIL", FailAnnotation,
+	).Replace(kwokStagesTemplate)
+}
+
+const kwokStagesTemplate = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+      addresses:
+      - address: {{ NodeIP | Quote }}
+        type: InternalIP
+      - address: {{ NodeName | Quote }}
+        type: Hostname
+      nodeInfo:
+        architecture: amd64
+        operatingSystem: linux
+        kubeletVersion: fake
+        containerRuntimeVersion: fake
+        kernelVersion: fake
+        osImage: kwok
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-start
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.podIP
+      operator: DoesNotExist
+  next:
+    event:
+      type: Normal
+      reason: Started
+      message: Started the pod's containers (KWOK)
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range list "PodReadyToStartContainers" "Initialized" "Ready" "ContainersReady" }}
+      - lastProbeTime: null
+        lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: {{ . }}
+      {{ end }}
+      {{ with .spec.initContainers }}
+      initContainerStatuses:
+      {{ range . }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-succeed
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.ownerReferences.[].kind'
+      operator: In
+      values: ["Job"]
+    - key: '.metadata.annotations["$FAIL"]'
+      operator: NotIn
+      values: ["true"]
+  delay:
+    durationMilliseconds: $RUN_FOR_MS
+    durationFrom:
+      expressionFrom: '.metadata.annotations["$RUN_FOR"]'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range list "Ready" "ContainersReady" }}
+      - lastProbeTime: null
+        lastTransitionTime: {{ $now | Quote }}
+        reason: PodCompleted
+        status: "False"
+        type: {{ . }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Succeeded
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-fail
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.annotations["$FAIL"]'
+      operator: In
+      values: ["true"]
+  delay:
+    durationMilliseconds: $RUN_FOR_MS
+    durationFrom:
+      expressionFrom: '.metadata.annotations["$RUN_FOR"]'
+  next:
+    event:
+      type: Warning
+      reason: Failed
+      message: The pod's containers failed with exit code 1 ($FAIL)
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range list "Ready" "ContainersReady" }}
+      - lastProbeTime: null
+        lastTransitionTime: {{ $now | Quote }}
+        reason: PodFailed
+        status: "False"
+        type: {{ . }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 1
+            reason: Error
+            message: failed as the pod's $FAIL annotation asks
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Failed
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-stop
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+    - key: .status.phase
+      operator: In
+      values: ["Pending", "Running"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range list "Ready" "ContainersReady" }}
+      - lastProbeTime: null
+        lastTransitionTime: {{ $now | Quote }}
+        reason: PodTerminated
+        status: "False"
+        type: {{ . }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 137
+            reason: Error
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Failed
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-remove
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+    - key: .status.phase
+      operator: In
+      values: ["Succeeded", "Failed"]
+    - key: .metadata.finalizers
+      operator: DoesNotExist
+  next:
+    delete: true
+`
