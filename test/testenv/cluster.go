@@ -45,6 +45,8 @@ type Cluster struct {
 	settings *settings
 	procs    []*process
 	cleanup  []func()
+	// nodes counts the fake nodes added, to give each its own address.
+	nodes int
 }
 
 // Start starts an environment made by New with opts. With WithLocalCluster, it is a whole local
@@ -62,7 +64,10 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	c := &Cluster{Env: env, settings: s}
 	defer func() {
 		if err != nil {
-			c.Stop()
+			c.stop()
+			if c.Dir != "" {
+				err = fmt.Errorf("%w (the logs of the cluster's programs are kept in %s)", err, c.LogDir())
+			}
 		}
 	}()
 	if c.Dir, err = os.MkdirTemp("", "trainjob-cluster-"); err != nil {
@@ -91,6 +96,14 @@ func (c *Cluster) LogDir() string { return filepath.Join(c.Dir, "logs") }
 // Stop stops the programs the cluster runs, last started first, then the API server and etcd,
 // and removes their state.
 func (c *Cluster) Stop() {
+	c.stop()
+	if c.Dir != "" {
+		_ = os.RemoveAll(c.Dir)
+	}
+}
+
+// stop stops what runs, and leaves the state.
+func (c *Cluster) stop() {
 	for _, p := range slices.Backward(c.procs) {
 		p.stop()
 	}
@@ -100,9 +113,6 @@ func (c *Cluster) Stop() {
 	}
 	c.cleanup = nil
 	_ = c.Env.Stop()
-	if c.Dir != "" {
-		_ = os.RemoveAll(c.Dir)
-	}
 }
 
 // Install applies a kustomization folder of the repository, such as "config/runtimes".

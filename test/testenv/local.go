@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +102,10 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 	if err := os.WriteFile(config, []byte(schedulerConfig(kubeconfig)), 0o600); err != nil {
 		return err
 	}
-	if err := c.run("scheduler-plugins-scheduler", nil, "--config="+config, "--secure-port=0", "-v=1"); err != nil {
+	if err := c.run("scheduler-plugins-scheduler", nil, "--config="+config, "--secure-port=0", "-v=1",
+		// A gang that did not fit is tried again on its own pods' and PodGroup's events only, not
+		// when nodes join: retry it within seconds rather than the default five minutes.
+		"--pod-max-in-unschedulable-pods-duration=10s"); err != nil {
 		return err
 	}
 	if kubeconfig, err = c.Kubeconfig("podgroup-controller"); err != nil {
@@ -156,13 +160,21 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 				corev1.LabelArchStable: "amd64",
 			},
 		},
-		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity,
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.255.%d.%d", c.nodes/250, c.nodes%250+1)},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+		},
 	}
+	c.nodes++
 	maps.Copy(node.Labels, labels)
 	if err := c.Client.Create(ctx, node); err != nil {
 		return fmt.Errorf("adding node %s: %w", name, err)
 	}
-	return c.waitFor("node "+name+" to be Ready", func() bool {
+	if err := c.waitFor("node "+name+" to be Ready", func() bool {
 		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
 			return false
 		}
@@ -172,7 +184,15 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 			}
 		}
 		return false
-	})
+	}); err != nil {
+		return err
+	}
+	// The API server taints a new node not-ready; the node lifecycle controller, which the local
+	// cluster does not run (fake nodes send no heartbeats to judge them by), would lift the taint
+	// once the node is Ready.
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+	return c.Client.Patch(ctx, node, patch)
 }
 
 // CoschedulingScheduler is the name of the local cluster's scheduler profile with the
@@ -182,8 +202,8 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 const CoschedulingScheduler = "scheduler-plugins-scheduler"
 
 // schedulerConfig runs the scheduler-plugins scheduler with two profiles: the cluster's
-// default-scheduler, and CoschedulingScheduler. Profiles must share their queue-sort plugin, so
-// both sort as Coscheduling does: gangs together, the rest by priority and age.
+// default-scheduler, and CoschedulingScheduler. Profiles must share their queue-sort plugin and
+// its arguments, so both sort as Coscheduling does: gangs together, the rest by priority and age.
 func schedulerConfig(kubeconfig string) string {
 	return `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -201,6 +221,10 @@ profiles:
       - name: Coscheduling
       disabled:
       - name: "*"
+  pluginConfig:
+  - name: Coscheduling
+    args:
+      permitWaitingTimeSeconds: 10
 - schedulerName: ` + CoschedulingScheduler + `
   plugins:
     multiPoint:
@@ -256,11 +280,6 @@ spec:
         status: {{ .status | Quote }}
         type: {{ .type | Quote }}
       {{ end }}
-      addresses:
-      - address: {{ NodeIP | Quote }}
-        type: InternalIP
-      - address: {{ NodeName | Quote }}
-        type: Hostname
       nodeInfo:
         architecture: amd64
         operatingSystem: linux
