@@ -123,9 +123,10 @@ type JobSetTemplateSpec struct {
 type MLPolicy struct {
 	// NumNodes is the number of training nodes (pods of the trainer job). A TrainJob's
 	// trainer.numNodes overrides it. Omitted means 1, or the elastic bounds when
-	// torch.elasticPolicy is set.
+	// torch.elasticPolicy is set. At most 5000, the largest cluster Kubernetes is built for.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
 	NumNodes *int32 `json:"numNodes,omitempty"`
 
 	MLPolicySource `json:",inline"`
@@ -182,11 +183,13 @@ type TorchElasticPolicy struct {
 	// MinNodes is the fewest nodes the training runs on.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
 	MinNodes *int32 `json:"minNodes,omitempty"`
 
 	// MaxNodes is the most nodes the training runs on; the trainer job runs this many pods.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
 	MaxNodes *int32 `json:"maxNodes,omitempty"`
 
 	// Metrics from which an autoscaler computes the desired number of nodes.

@@ -244,9 +244,10 @@ type Trainer struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// NumNodes is the number of training nodes (pods of the trainer job). It overrides the
-	// runtime's mlPolicy.numNodes.
+	// runtime's mlPolicy.numNodes. At most 5000, the largest cluster Kubernetes is built for.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
 	NumNodes *int32 `json:"numNodes,omitempty"`
 
 	// ResourcesPerNode replaces the trainer container's resource requests and limits on each node.

@@ -7,8 +7,8 @@
 // apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
 // apply the initializers; apply the framework's policy; apply spec.podSpecOverrides; merge the
 // TrainJob's labels and annotations; stamp the gang's labels (after the TrainJob's steps, so that
-// nothing in the TrainJob can remove them); write out JobSet's defaults; set the name, namespace,
-// suspension and owner. The PodGroup, if
+// nothing in the TrainJob can remove them); write out JobSet's defaults; check that JobSet accepts
+// the names of the Jobs and pods; set the name, namespace, suspension and owner. The PodGroup, if
 // the runtime's gang policy needs one, is sized from the finished JobSet.
 package build
 
@@ -70,6 +70,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		applyMetadata,
 		gang.Stamp,
 		applyJobSetDefaults,
+		checkNames,
 	}
 	for _, step := range steps {
 		if err := step(b); err != nil {

@@ -2,6 +2,7 @@ package build
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -348,6 +349,34 @@ func TestJobSet(t *testing.T) {
 			framework: stubFramework{err: errors.New("numProcPerNode does not fit")},
 			trainJob:  tj().Obj(),
 			wantErr:   "numProcPerNode does not fit",
+		},
+		"pods whose names would exceed 63 characters are refused, with the length the name may have": {
+			runtime:  utiltesting.MakeRuntimeSpec().Obj(),
+			trainJob: utiltesting.MakeTrainJob(strings.Repeat("a", 48), "ns").NumNodes(16).Obj(),
+			wantErr: `metadata.name: Invalid value: "` + strings.Repeat("a", 48) + `": the pods of replicated job "node" would get names of 64 characters (such as "` +
+				strings.Repeat("a", 48) + `-node-0-15-abcde"), and JobSet allows 63: with this runtime and number of nodes, the name can have at most 47 characters`,
+		},
+		"pod names of 63 characters are fine": {
+			runtime:  utiltesting.MakeRuntimeSpec().Obj(),
+			trainJob: utiltesting.MakeTrainJob(strings.Repeat("a", 47), "ns").NumNodes(16).Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return utiltesting.MakeJobSet(tj, rt).NumNodes("node", 16).Obj()
+			},
+		},
+		"JobSet's defaults do not override the runtime's settings": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := utiltesting.MakeRuntimeSpec().Obj()
+				rt.Template.Spec.SuccessPolicy = &jobsetv1alpha2.SuccessPolicy{Operator: jobsetv1alpha2.OperatorAny}
+				rt.Template.Spec.Network = &jobsetv1alpha2.Network{Subdomain: "training", EnableDNSHostnames: ptr.To(false)}
+				rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+				return rt
+			}(),
+			trainJob: tj().Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				js := utiltesting.MakeJobSet(tj, rt).Obj()
+				js.Spec.Network.PublishNotReadyAddresses = ptr.To(true)
+				return js
+			},
 		},
 		"override nodeSelector is merged and wins": {
 			runtime: func() trainer.TrainingRuntimeSpec {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -152,4 +154,40 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	addNode(t, pool+"-c", pool, "4")
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, bound(pods(c, tj))) }, 2*timeout, interval,
 		"the gang binds once it fits")
+}
+
+// TestNamesAtTheLimit creates the TrainJob with the longest name that admission accepts for the
+// largest number of nodes the schema allows: JobSet accepts its JobSet, whose pods would have
+// names of 63 characters. One character more is refused at admission, with the numbers. At 16
+// nodes, the longest name runs to Complete: the Job controller names its pods for real.
+func TestNamesAtTheLimit(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createRuntime(t, ns, "plain", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("10m")).Obj())
+	name := func(n int) string { return "x" + strings.Repeat("a", n-1) }
+
+	// <name>-node-0-4999-<5 random characters>: 45 characters of name are left.
+	err := k8sClient.Create(ctx, utiltesting.MakeTrainJob(name(46), ns).RuntimeRef(trainer.TrainingRuntimeKind, "plain").
+		NumNodes(5000).Suspend(true).Obj())
+	require.True(t, apierrors.IsInvalid(err), "a name too long for its pods was accepted: %v", err)
+	assert.ErrorContains(t, err, `would get names of 64 characters`)
+	assert.ErrorContains(t, err, `the name can have at most 45 characters`)
+
+	tj := createTrainJob(t, ns, name(45), "plain", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(5000).Suspend(true) })
+	waitForTrainJob(t, tj, isTrue(trainer.TrainJobCreated))
+	js := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js))
+	assert.Equal(t, ptr.To[int32](5000), js.Spec.ReplicatedJobs[0].Template.Spec.Completions)
+
+	tj = createTrainJob(t, ns, name(47), "plain", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(16) })
+	waitForComplete(t, tj)
+	ps := pods(t, tj)
+	require.Len(t, ps, 16)
+	for _, p := range ps {
+		assert.LessOrEqual(t, len(p.Name), 63, p.Name)
+	}
+
+	err = k8sClient.Create(ctx, utiltesting.MakeTrainJob("huge", ns).RuntimeRef(trainer.TrainingRuntimeKind, "plain").NumNodes(5001).Obj())
+	require.True(t, apierrors.IsInvalid(err), "5001 nodes were accepted: %v", err)
+	assert.ErrorContains(t, err, "spec.trainer.numNodes")
 }

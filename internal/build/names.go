@@ -1,0 +1,45 @@
+package build
+
+import (
+	"fmt"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/jobset/pkg/util/placement"
+
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// podNameSuffix stands for the random suffix the Job controller gives each pod's name.
+const podNameSuffix = "-abcde"
+
+// checkNames refuses a TrainJob whose Jobs or pods would get names JobSet refuses: its
+// webhook requires the name of every Job (<tj>-<job>-<index>) and of every pod of an Indexed
+// Job (<tj>-<job>-<index>-<podIndex>-<random>) to be a DNS-1035 label of at most 63
+// characters. The longest names are those of the last Job and pod, by JobSet's own naming.
+func checkNames(b *framework.Build) error {
+	tj := b.TrainJob.Name
+	for _, rj := range b.JobSet.Spec.ReplicatedJobs {
+		longest := placement.GenJobName(tj, rj.Name, int(rj.Replicas-1))
+		what := "Jobs"
+		spec := rj.Template.Spec
+		if ptr.Deref(spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion && spec.Completions != nil {
+			longest = placement.GenPodName(tj, rj.Name, strconv.Itoa(int(rj.Replicas-1)), strconv.Itoa(int(*spec.Completions-1))) + podNameSuffix
+			what = "pods"
+		}
+		if len(longest) <= validation.DNS1035LabelMaxLength {
+			continue
+		}
+		fix := "the runtime's replicated job name is too long for any TrainJob with this number of nodes"
+		if room := validation.DNS1035LabelMaxLength - (len(longest) - len(tj)); room > 0 {
+			fix = fmt.Sprintf("with this runtime and number of nodes, the name can have at most %d characters", room)
+		}
+		return field.Invalid(field.NewPath("metadata", "name"), tj, fmt.Sprintf(
+			"the %s of replicated job %q would get names of %d characters (such as %q), and JobSet allows %d: %s",
+			what, rj.Name, len(longest), longest, validation.DNS1035LabelMaxLength, fix))
+	}
+	return nil
+}
