@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -58,28 +60,49 @@ func TestRuntimeChangesLeaveRunningTrainJobsAlone(t *testing.T) {
 	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed), "a TrainJob failed as its runtime went")
 
 	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }))
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, pods(c, tj)) }, timeout, interval)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, names(pods(c, tj))) }, timeout, interval)
 	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) }))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 2, bound(pods(c, tj))) }, timeout, interval,
 		"a TrainJob whose runtime is gone resumes")
 }
 
 // TestDeleteRunningTrainJob deletes running TrainJobs with background and foreground cascading:
-// everything they own goes away, and nothing comes back.
+// everything they own goes away, and nothing comes back. A finalizer of the test's holds each
+// TrainJob for a while after its deletion, as another controller's might: the operator must not
+// build anything for a TrainJob that is going, even once its JobSet is gone (foreground).
 func TestDeleteRunningTrainJob(t *testing.T) {
-	for _, policy := range []client.PropagationPolicy{client.PropagationPolicy("Background"), client.PropagationPolicy("Foreground")} {
+	const hold = "e2e.trainer.kubeflow.org/hold"
+	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
 			ctx := context.Background()
 			ns := newNamespace(t)
 			createRuntime(t, ns, "plain", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("100m")).Obj())
 			tj := runningTrainJob(t, ns, "doomed", "plain")
-			require.NoError(t, k8sClient.Delete(ctx, tj, policy))
+			require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Finalizers = append(tj.Finalizers, hold) }))
+			js := &jobsetv1alpha2.JobSet{}
+			require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js))
+			require.NoError(t, k8sClient.Delete(ctx, tj, client.PropagationPolicy(policy)))
 
+			jobSetGone := func(c require.TestingT) {
+				assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})), "the JobSet")
+			}
+			if policy == metav1.DeletePropagationForeground {
+				require.EventuallyWithT(t, func(c *assert.CollectT) { jobSetGone(c) }, timeout, interval, "the JobSet goes first")
+			}
+			time.Sleep(2 * time.Second)
+			again := &jobsetv1alpha2.JobSet{}
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), again); err == nil {
+				assert.Equal(t, js.UID, again.UID, "a JobSet was created for a TrainJob being deleted")
+			} else {
+				jobSetGone(t)
+			}
+
+			require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Finalizers = slices.DeleteFunc(tj.Finalizers, func(f string) bool { return f == hold }) }))
 			gone := func(c require.TestingT) {
 				assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &trainer.TrainJob{})), "the TrainJob")
-				assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})), "the JobSet")
-				assert.Empty(c, jobsOf(c, tj))
-				assert.Empty(c, pods(c, tj))
+				jobSetGone(c)
+				assert.Empty(c, names(jobsOf(c, tj)))
+				assert.Empty(c, names(pods(c, tj)))
 			}
 			require.EventuallyWithT(t, func(c *assert.CollectT) { gone(c) }, timeout, interval, "everything the TrainJob owned is deleted")
 			time.Sleep(2 * time.Second)

@@ -143,7 +143,7 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 		assert.Equal(c, 2, bound(ps))
 	}, timeout, interval, "two of three pods bind without a gang")
 	require.NoError(t, k8sClient.Delete(ctx, tj, client.PropagationPolicy("Foreground")))
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, pods(c, tj)) }, timeout, interval)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, names(pods(c, tj))) }, timeout, interval)
 
 	// As a gang, none binds while the gang cannot fit.
 	tj = createTrainJob(t, ns, "gang", "gang", inPool(pool))

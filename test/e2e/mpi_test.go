@@ -13,6 +13,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework/mpi"
 	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
 )
 
 // readySince is when a pod last became Ready, or the zero time.
@@ -35,13 +36,15 @@ func mountsVolume(p *corev1.Pod, volume, path string) bool {
 	return false
 }
 
-// TestMPIRunsItsLauncherAfterTheNodes runs the shipped MPI runtime: its launcher starts only once
-// every node pod is Ready, as the runtime's dependsOn says, and the SSH key Secret and the
-// hostfile exist and are mounted where mpirun and sshd look for them.
+// TestMPIRunsItsLauncherAfterTheNodes runs the shipped MPI runtime, with pods that take two
+// seconds to start: its launcher is created only once every node pod is Ready, as the runtime's
+// dependsOn says, and the SSH key Secret and the hostfile exist and are mounted where mpirun and
+// sshd look for them.
 func TestMPIRunsItsLauncherAfterTheNodes(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj := utiltesting.MakeTrainJob("mpi", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "mpi-distributed").NumNodes(3).Obj()
+	tj.Spec.Annotations = map[string]string{testenv.StartAfterAnnotation: "2s"}
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
 	var launcher *corev1.Pod

@@ -40,7 +40,7 @@ func TestEditsWhileSuspendedReachThePods(t *testing.T) {
 	createRuntime(t, ns, "plain", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("100m")).Obj())
 	tj := createTrainJob(t, ns, "edited", "plain", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(1).Suspend(true) })
 	waitForTrainJob(t, tj, isTrue(trainer.TrainJobSuspended))
-	assert.Empty(t, pods(t, tj), "a suspended TrainJob has pods")
+	assert.Empty(t, names(pods(t, tj)), "a suspended TrainJob has pods")
 
 	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) {
 		tj.Spec.Trainer.NumNodes = ptr.To[int32](2)
@@ -88,7 +88,7 @@ func TestSuspendRunningTrainJob(t *testing.T) {
 
 	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }))
 	waitForTrainJob(t, tj, isTrue(trainer.TrainJobSuspended))
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, pods(c, tj)) }, timeout, interval,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, names(pods(c, tj))) }, timeout, interval,
 		"the suspended TrainJob's pods go away")
 	js := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))

@@ -26,6 +26,9 @@ const (
 	// RunForAnnotation is how long the pod runs, as a Go duration ("30s", "1h"), instead of the
 	// cluster's pod run time.
 	RunForAnnotation = "localcluster.trainer.kubeflow.org/run-for"
+	// StartAfterAnnotation is how long the pod takes to start, as a Go duration, instead of
+	// starting at once: its containers run, and it is Ready, only then.
+	StartAfterAnnotation = "localcluster.trainer.kubeflow.org/start-after"
 )
 
 // NodeLabel marks the local cluster's fake nodes, the ones KWOK runs: type=kwok.
@@ -243,14 +246,15 @@ profiles:
 }
 
 // kwokStages returns KWOK's configuration: the stages its fake nodes and pods go through. A node
-// is Ready at once. A pod bound to a node runs at once, and a pod of a Job ends after runFor (or
-// its RunForAnnotation): Failed with exit code 1 when its FailAnnotation is "true", else
+// is Ready at once. A pod bound to a node runs at once (or after its StartAfterAnnotation), and a
+// pod of a Job ends after runFor (or its RunForAnnotation): Failed with exit code 1 when its FailAnnotation is "true", else
 // Succeeded. A deleted pod is stopped (Failed, exit code 137, as a kubelet that killed it says),
 // then removed once nothing holds it by a finalizer.
 func kwokStages(runFor time.Duration) string {
 	return strings.NewReplacer(
 		"$RUN_FOR_MS", strconv.FormatInt(runFor.Milliseconds(), 10),
 		"$RUN_FOR", RunForAnnotation,
+		"$START_AFTER", StartAfterAnnotation,
 		"$FAIL", FailAnnotation,
 	).Replace(kwokStagesTemplate)
 }
@@ -303,6 +307,10 @@ spec:
       operator: DoesNotExist
     - key: .status.podIP
       operator: DoesNotExist
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["$START_AFTER"]'
   next:
     event:
       type: Normal
