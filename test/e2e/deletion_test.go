@@ -97,7 +97,9 @@ func TestDeleteRunningTrainJob(t *testing.T) {
 				jobSetGone(t)
 			}
 
-			require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Finalizers = slices.DeleteFunc(tj.Finalizers, func(f string) bool { return f == hold }) }))
+			require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) {
+				tj.Finalizers = slices.DeleteFunc(tj.Finalizers, func(f string) bool { return f == hold })
+			}))
 			gone := func(c require.TestingT) {
 				assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &trainer.TrainJob{})), "the TrainJob")
 				jobSetGone(c)
