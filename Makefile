@@ -77,7 +77,8 @@ build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 
 .PHONY: run
-run: build localcluster-assets ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all).
+run: manifests localcluster-assets ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all).
+	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	$(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
 

@@ -77,6 +77,7 @@ func run() error {
 	local.NodeCapacity = testenv.NodeCapacity(cpu, memory, gpu)
 
 	fmt.Println("Starting the local cluster on loopback...")
+	started := time.Now()
 	cluster, err := testenv.Start(testenv.WithWebhooks, testenv.WithLocalCluster(local))
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
@@ -114,8 +115,8 @@ func run() error {
 	}
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
-Cluster ready at %s: %d fake nodes, JobSet, the Coscheduling scheduler, and the operator's
-webhooks (served at %s).%s
+Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler, and the
+operator's webhooks (served at %s).%s
   kubeconfig: %s
   logs of the cluster's programs: %s
 Try, in another terminal:
@@ -124,7 +125,7 @@ Try, in another terminal:
   %s get trainjobs,jobsets,jobs,pods,podgroups -w
   %s explain trainjob.spec.trainer
 
-`, env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl)
+`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl)
 
 	select {
 	case err := <-done:
