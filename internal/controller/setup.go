@@ -6,11 +6,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -144,10 +142,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
 		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, opts).
-			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, owns)))
+			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))
 		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob.
 		for _, pg := range podGroups {
-			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(r.client, owns)))
+			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))
 		}
 		if err := b.Complete(r); err != nil {
 			return err
@@ -157,7 +155,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	owns := ownsTrainJob(g.client, g.ownsRuntime)
 	b := newController(mgr, gangController, owns, g.ownsRuntime, opts)
 	for _, pg := range podGroups {
-		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(ownerOf(g.client, owns)))
+		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(g.client, owns)))
 	}
 	return b.Complete(g)
 }
@@ -229,14 +227,12 @@ func (r *TrainJobReconciler) ownsRuntime(spec *trainer.TrainingRuntimeSpec) bool
 	return framework.Select(r.frameworks, policy) == r.framework
 }
 
-// ownerOf queues the TrainJob that controls a child, if owns says it is the controller's.
-func ownerOf(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc {
+// namesake queues the TrainJob a child is named after, if owns says it is the controller's. Its
+// JobSet and PodGroup are named after it; so is a JobSet someone else made first, whose deletion
+// lets the TrainJob go on.
+func namesake(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		ref := metav1.GetControllerOf(o)
-		if ref == nil || ref.Kind != "TrainJob" || ref.APIVersion != trainer.GroupVersion.String() {
-			return nil
-		}
-		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}
+		key := client.ObjectKeyFromObject(o)
 		tj := &trainer.TrainJob{}
 		if err := c.Get(ctx, key, tj); err != nil || !owns(tj) {
 			return nil

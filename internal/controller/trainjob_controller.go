@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -129,23 +130,28 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
 			return ctrl.Result{}, nil
 		}
-		if !suspend {
-			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
-				return ctrl.Result{}, err
-			}
-		}
 		children, err := build.Build(tj, rt, r.framework)
 		if err != nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 			return ctrl.Result{}, nil
 		}
+		if !suspend {
+			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		err = r.write(ctx, children, js == nil)
-		if js != nil && apierrors.IsInvalid(err) {
+		switch {
+		case js != nil && apierrors.IsInvalid(err):
 			// JobSet lets a suspended JobSet change only its pods' labels, annotations, node
 			// selector, tolerations and scheduling gates. Other changes make a new one.
 			return ctrl.Result{}, r.recreate(ctx, js, err)
-		}
-		if err != nil {
+		case permanent(err):
+			// Writing it again cannot help: the TrainJob waits for a change to it or its runtime.
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
+			log.Info("The API server refused the TrainJob's children; not retrying until the TrainJob or its runtime changes", "error", err.Error())
+			return ctrl.Result{}, nil
+		case err != nil:
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
@@ -182,6 +188,15 @@ func (r *TrainJobReconciler) jobSet(ctx context.Context, tj *trainer.TrainJob) (
 		return nil, nil
 	}
 	return js, err
+}
+
+// permanent reports whether the API server refused a write for what was written, so that the
+// same write can never succeed: invalid, malformed, too large, or denied by an admission webhook
+// (JobSet's refuses what it will never accept that way). Anything else (conflicts, quota,
+// throttling, timeouts, a webhook that cannot be reached) may pass later and is retried.
+func permanent(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) ||
+		(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "denied the request"))
 }
 
 // recreate deletes a suspended JobSet that cannot take the TrainJob's changes, so that it is

@@ -89,18 +89,18 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 
 // ValidateUpdate lets a running TrainJob change only its spec.suspend: anything else would not
 // reach its running JobSet, or would break it. A suspended TrainJob, or one that the update
-// suspends, may change anything the schema allows, such as the podSpecOverrides Kueue adds.
+// suspends, may change anything the schema allows, such as the podSpecOverrides Kueue adds. An
+// update of spec.suspend or metadata alone is never refused: Kueue must always be able to
+// suspend, even a TrainJob whose runtime has changed since it was built.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
-	if apiequality.Semantic.DeepEqual(old.Spec, tj.Spec) {
+	before, after := old.Spec.DeepCopy(), tj.Spec.DeepCopy()
+	before.Suspend, after.Suspend = nil, nil
+	if apiequality.Semantic.DeepEqual(before, after) {
 		return nil, nil
 	}
 	if running(old) && running(tj) {
-		before, after := old.Spec.DeepCopy(), tj.Spec.DeepCopy()
-		before.Suspend, after.Suspend = nil, nil
-		if !apiequality.Semantic.DeepEqual(before, after) {
-			return nil, invalid("TrainJob", tj.Name, field.Forbidden(field.NewPath("spec"),
-				"only spec.suspend may change while the TrainJob runs: suspend it first"))
-		}
+		return nil, invalid("TrainJob", tj.Name, field.Forbidden(field.NewPath("spec"),
+			"only spec.suspend may change while the TrainJob runs: suspend it first"))
 	}
 	return w.validate(ctx, tj)
 }

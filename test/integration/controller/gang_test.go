@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -121,4 +122,19 @@ func TestSuspendedGangIsResized(t *testing.T) {
 		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
 		assert.Equal(c, ptr.To[int32](4), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
 	})
+}
+
+// A gang-scheduled TrainJob that cannot be built says so: it does not wait silently for a
+// PodGroup that the gang controller cannot build either.
+func TestGangTrainJobThatCannotBeBuiltSaysSo(t *testing.T) {
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	tj := utiltesting.MakeTrainJob("broken", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").
+		PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"launcher"}}).Obj()
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "spec.podSpecOverrides[0].targetJobs[0]")
 }

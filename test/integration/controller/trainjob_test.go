@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -326,7 +327,7 @@ func TestBuildFailureIsReportedAndRecoversWhenTheRuntimeIsFixed(t *testing.T) {
 	})
 }
 
-func TestAJobSetOfTheSameNameThatIsNotOursIsNotTaken(t *testing.T) {
+func TestAJobSetOfTheSameNameThatIsNotOursIsNotTakenButWaitedFor(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
 	squatter := &jobsetv1alpha2.JobSet{
@@ -343,6 +344,14 @@ func TestAJobSetOfTheSameNameThatIsNotOursIsNotTaken(t *testing.T) {
 	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "does not belong to this TrainJob")
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), squatter))
 	assert.Empty(t, squatter.OwnerReferences)
+
+	// Once the other JobSet is gone, the TrainJob gets its own.
+	require.NoError(t, k8sClient.Delete(ctx, squatter))
+	js := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.NotEqual(c, squatter.UID, js.UID) })
+	assert.True(t, metav1.IsControlledBy(js, got))
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
 }
 
 func TestDeletingTheTrainJobDeletesItsJobSet(t *testing.T) {
@@ -384,4 +393,46 @@ func TestDeletingARuntimeInUseLeavesItsTrainJobsRunning(t *testing.T) {
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason)
 	})
+}
+
+// A JobSet that JobSet's webhook refuses is not written again and again: the TrainJob says why
+// and waits for a change to it or to its runtime.
+func TestARefusedJobSetIsNotRetried(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	first := utiltesting.ReplicatedJob("init", "", "init")
+	first.DependsOn = []jobsetv1alpha2.DependsOn{{Name: "node", Status: jobsetv1alpha2.DependencyComplete}}
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(first, utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("refused", ns, spec)))
+	tj := utiltesting.MakeTrainJob("refused", ns).RuntimeRef(trainer.TrainingRuntimeKind, "refused").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "DependsOn can't be set for the first ReplicatedJob")
+	before := reconcileErrors(t, "plain")
+	time.Sleep(3 * time.Second) // Backoff would have retried several times by now.
+	assert.Equal(t, before, reconcileErrors(t, "plain"), "the refused JobSet was retried")
+}
+
+// reconcileErrors is how many reconciles of a controller returned an error, from the manager's
+// metrics (it runs in this process).
+func reconcileErrors(t *testing.T, controllerName string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controllerName {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,4 +101,38 @@ func TestUpdates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Suspending is never refused for what the TrainJob's runtime became: Kueue must be able to
+// preempt a TrainJob whose override names a container its runtime has since lost.
+func TestSuspendingIsNeverRefusedForTheBuild(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	node.Template.Spec.Template.Spec.Containers = append(node.Template.Spec.Template.Spec.Containers, corev1.Container{Name: "proxy", Image: "proxy"})
+	rt := utiltesting.TrainingRuntime("sidecar", ns, utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).Obj())
+	require.NoError(t, k8sClient.Create(ctx, rt))
+	tj := utiltesting.MakeTrainJob("uses-proxy", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).
+		PodSpecOverrides(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "proxy", Env: env("MODE", "fast")}}}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(rt), rt))
+	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[:1]
+	require.NoError(t, k8sClient.Update(ctx, rt))
+
+	update := func(change func(*trainer.TrainJob)) error {
+		var err error
+		require.Eventually(t, func() bool {
+			got := &trainer.TrainJob{}
+			require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), got))
+			change(got)
+			err = k8sClient.Update(ctx, got)
+			return err == nil || !isConflict(err)
+		}, timeout, interval)
+		return err
+	}
+	assert.NoError(t, update(func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }), "suspending was refused")
+	assert.NoError(t, update(func(tj *trainer.TrainJob) { tj.Labels = map[string]string{"preempted": "yes"} }), "a metadata change was refused")
+	err := update(func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)} })
+	assert.ErrorContains(t, err, `spec.podSpecOverrides[0].containers[0].name: Invalid value: "proxy"`, "a change that needs a new build is still checked")
 }
