@@ -211,17 +211,6 @@ func TestJobSet(t *testing.T) {
 				}).Obj()
 			},
 		},
-		"initializer env set by the TrainJob wins over the storageUri": {
-			runtime: fullRuntime().Obj(),
-			trainJob: tj().Initializer(&trainer.Initializer{Model: &trainer.ModelInitializer{
-				StorageUri: ptr.To("hf://org/model"), Env: env(StorageURIEnv, "hf://org/other"),
-			}}).Obj(),
-			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
-				return utiltesting.MakeJobSet(tj, rt).Container("model-initializer", "model-initializer", func(c *corev1.Container) {
-					c.Env = env(StorageURIEnv, "hf://org/other")
-				}).Obj()
-			},
-		},
 		"the TrainJob's storageUri replaces the runtime's STORAGE_URI": {
 			runtime:  fullRuntime().Obj(),
 			trainJob: tj().Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://mine")}}).Obj(),
@@ -349,6 +338,22 @@ func TestJobSet(t *testing.T) {
 			framework: stubFramework{err: errors.New("numProcPerNode does not fit")},
 			trainJob:  tj().Obj(),
 			wantErr:   "numProcPerNode does not fit",
+		},
+		"an initializer env entry cannot overwrite storageUri": {
+			runtime: fullRuntime().Obj(),
+			trainJob: tj().Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{
+				StorageUri: ptr.To("hf://org/data"), Env: []corev1.EnvVar{{Name: "TOKEN", Value: "t"}, {Name: StorageURIEnv, Value: "s3://other"}},
+			}}).Obj(),
+			wantErr: "spec.initializer.dataset.env[1].name: Forbidden: STORAGE_URI is set from spec.initializer.dataset.storageUri: set one or the other",
+		},
+		"a trainer job of several replicas is refused: ranks would repeat": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := utiltesting.MakeRuntimeSpec().Obj()
+				rt.Template.Spec.ReplicatedJobs[0].Replicas = 2
+				return rt
+			}(),
+			trainJob: tj().Obj(),
+			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs[0].replicas: Invalid value: 2: the trainer job must have 1 replica`,
 		},
 		"pods whose names would exceed 63 characters are refused, with the length the name may have": {
 			runtime:  utiltesting.MakeRuntimeSpec().Obj(),

@@ -39,6 +39,15 @@ func applyInitializers(b *framework.Build) error {
 		inits = append(inits, initializer{"model", trainer.AncestorModelInitializer, m.StorageUri, m.Env, m.SecretRef})
 	}
 	for _, in := range inits {
+		if in.storageURI != nil {
+			for i, e := range in.env {
+				if e.Name == StorageURIEnv {
+					path := field.NewPath("spec", "initializer", in.field)
+					return field.Forbidden(path.Child("env").Index(i).Child("name"),
+						fmt.Sprintf("%s is set from %s: set one or the other", StorageURIEnv, path.Child("storageUri")))
+				}
+			}
+		}
 		jobs := ancestorJobs(b, in.ancestor)
 		if len(jobs) == 0 {
 			return field.Forbidden(field.NewPath("spec", "initializer", in.field),

@@ -32,6 +32,11 @@ func applyTrainer(b *framework.Build) error {
 			label, "only one replicated job may run the trainer"))
 	}
 	job := &b.JobSet.Spec.ReplicatedJobs[jobs[0]]
+	if job.Replicas > 1 {
+		// Ranks are pod indexes within one Job, and every framework's addresses name Job 0.
+		return b.RuntimeError(field.Invalid(framework.RuntimeJobsPath.Index(jobs[0]).Child("replicas"), job.Replicas,
+			"the trainer job must have 1 replica: its numNodes pods are one Job, whose pod indexes are the ranks"))
+	}
 	container := -1
 	for _, name := range trainerContainerNames {
 		if container = containerIndex(job.Template.Spec.Template.Spec.Containers, name); container >= 0 {

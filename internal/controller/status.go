@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -23,7 +24,11 @@ const maxMessageLength = 32768
 // setCondition sets a condition of the TrainJob's status in memory for its current generation.
 func setCondition(tj *trainer.TrainJob, condType string, status metav1.ConditionStatus, reason, message string) {
 	if len(message) > maxMessageLength {
-		message = message[:maxMessageLength-3] + "..."
+		cut := maxMessageLength - len("...")
+		for cut > 0 && !utf8.RuneStart(message[cut]) { // Never cut a character in two.
+			cut--
+		}
+		message = message[:cut] + "..."
 	}
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
 		Type:               condType,

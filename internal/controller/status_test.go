@@ -2,6 +2,7 @@ package controller
 
 import (
 	"strings"
+	"unicode/utf8"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -139,6 +140,15 @@ func TestSetConditionTruncatesLongMessages(t *testing.T) {
 	msg := tj.Status.Conditions[0].Message
 	if len(msg) != maxMessageLength || !strings.HasSuffix(msg, "...") {
 		t.Errorf("message of %d bytes ending %q, want %d bytes ending in ...", len(msg), msg[len(msg)-5:], maxMessageLength)
+	}
+}
+
+func TestSetConditionNeverCutsACharacterInTwo(t *testing.T) {
+	tj := &trainer.TrainJob{}
+	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, "R", strings.Repeat("é", maxMessageLength))
+	msg := tj.Status.Conditions[0].Message
+	if !utf8.ValidString(msg) || !strings.HasSuffix(msg, "é...") || len(msg) > maxMessageLength {
+		t.Errorf("message of %d bytes, valid UTF-8 %t, ending %q", len(msg), utf8.ValidString(msg), msg[len(msg)-6:])
 	}
 }
 

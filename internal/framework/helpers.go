@@ -21,10 +21,14 @@ import (
 const completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
 
 // PodAddress is the DNS name of a pod of the JobSet, through the JobSet's headless Service:
-// <tj>-<replicatedJob>-<jobIndex>-<podIndex>.<tj>.
+// <tj>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>, where the subdomain is the runtime's
+// spec.network.subdomain when set, else the JobSet's name, as JobSet names its Service.
 func (b *Build) PodAddress(job string, jobIndex, podIndex int) string {
-	name := b.TrainJob.Name
-	return fmt.Sprintf("%s-%s-%d-%d.%s", name, job, jobIndex, podIndex, name)
+	name, subdomain := b.TrainJob.Name, b.TrainJob.Name
+	if n := b.JobSet.Spec.Network; n != nil && n.Subdomain != "" {
+		subdomain = n.Subdomain
+	}
+	return fmt.Sprintf("%s-%s-%d-%d.%s", name, job, jobIndex, podIndex, subdomain)
 }
 
 // SetEnv puts env vars into the trainer container, replacing vars of the same names.

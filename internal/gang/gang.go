@@ -6,6 +6,7 @@ package gang
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -59,6 +60,7 @@ func Stamp(b *framework.Build) error {
 		return nil
 	}
 	js, name := b.JobSet, b.TrainJob.Name
+	gang := members(js)
 	if kai := policy.KAIScheduler; kai != nil {
 		js.Labels = withEntry(js.Labels, KAIQueueLabel, kai.Queue)
 	}
@@ -68,7 +70,7 @@ func Stamp(b *framework.Build) error {
 		switch {
 		case policy.KAIScheduler != nil:
 			pod.Labels = withEntry(pod.Labels, KAIQueueLabel, policy.KAIScheduler.Queue)
-		case !member(job):
+		case !gang[job.Name]:
 		case policy.Coscheduling != nil:
 			pod.Labels = withEntry(pod.Labels, CoschedulingLabel, name)
 		case policy.Volcano != nil:
@@ -87,7 +89,7 @@ func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
 		return nil, nil
 	}
 	tj := b.TrainJob
-	members, resources := size(b.JobSet)
+	members, resources := size(b)
 	if policy.Coscheduling != nil {
 		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
 			WithLabels(b.Labels()).
@@ -116,29 +118,42 @@ func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
 	return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), nil
 }
 
-// member reports whether a replicated job's pods belong to the gang: every job but the
-// initializers, which finish before training starts and so never run together with it.
-func member(job *jobsetv1alpha2.ReplicatedJob) bool {
-	switch job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] {
-	case trainer.AncestorDatasetInitializer, trainer.AncestorModelInitializer:
-		return false
+// members names the replicated jobs whose pods are the gang: those that run together. Not the
+// initializers, which finish before training starts, and not the jobs that start only once a
+// member job is ready or done (dependsOn), such as an MPI launcher that waits for its nodes: their
+// pods do not exist while the gang is being placed. A job that waits only for the initializers
+// is a member. JobSet lets a job depend only on jobs listed before it, so one pass decides.
+func members(js *jobsetv1alpha2.JobSet) map[string]bool {
+	m := map[string]bool{}
+	for _, job := range js.Spec.ReplicatedJobs {
+		switch job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] {
+		case trainer.AncestorDatasetInitializer, trainer.AncestorModelInitializer:
+			continue
+		}
+		m[job.Name] = !slices.ContainsFunc(job.DependsOn, func(d jobsetv1alpha2.DependsOn) bool { return m[d.Name] })
 	}
-	return true
+	return m
 }
 
-// size counts the pods of the member jobs that run at once (replicas × parallelism) and sums
-// their requests, as the scheduler will see them: requests default to limits, and init
-// containers and sidecars count as Kubernetes counts them.
-func size(js *jobsetv1alpha2.JobSet) (int32, corev1.ResourceList) {
-	var members int32
+// size counts the pods of the member jobs that must run at once (replicas × parallelism, and for
+// an elastic trainer job its minNodes: it may start with that many) and sums their requests, as
+// the scheduler will see them: requests default to limits, and init containers and sidecars
+// count as Kubernetes counts them.
+func size(b *framework.Build) (int32, corev1.ResourceList) {
+	js, gang := b.JobSet, members(b.JobSet)
+	var count int32
 	total := corev1.ResourceList{}
 	for i := range js.Spec.ReplicatedJobs {
 		job := &js.Spec.ReplicatedJobs[i]
-		if !member(job) {
+		if !gang[job.Name] {
 			continue
 		}
-		pods := job.Replicas * ptr.Deref(job.Template.Spec.Parallelism, 1)
-		members += pods
+		parallelism := ptr.Deref(job.Template.Spec.Parallelism, 1)
+		if minNodes := elasticMinNodes(b); minNodes != nil && job.Name == b.TrainerJob().Name {
+			parallelism = *minNodes
+		}
+		pods := job.Replicas * parallelism
+		count += pods
 		pod := &corev1.Pod{Spec: *job.Template.Spec.Template.Spec.DeepCopy()}
 		defaultRequestsToLimits(pod.Spec.InitContainers)
 		defaultRequestsToLimits(pod.Spec.Containers)
@@ -150,7 +165,17 @@ func size(js *jobsetv1alpha2.JobSet) (int32, corev1.ResourceList) {
 			total[name] = q
 		}
 	}
-	return members, total
+	return count, total
+}
+
+// elasticMinNodes is the fewest nodes an elastic torch TrainJob starts with, or nil when it is
+// not elastic.
+func elasticMinNodes(b *framework.Build) *int32 {
+	p := b.Runtime.Spec.MLPolicy
+	if p == nil || p.Torch == nil || p.Torch.ElasticPolicy == nil {
+		return nil
+	}
+	return ptr.To(ptr.Deref(p.Torch.ElasticPolicy.MinNodes, 1))
 }
 
 // defaultRequestsToLimits does what the API server does to a pod: a resource with a limit and no

@@ -118,6 +118,38 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 			minMember:  3,
 			minRequest: list("cpu", "4500m", "memory", "1Gi"),
 		},
+		"MPI whose launcher waits for its nodes (the shipped runtime's shape): the node pods alone": {
+			runtime: func() *utiltesting.RuntimeSpecWrapper {
+				launcher := withResources(utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node"), list("cpu", "500m", "memory", "1Gi"), nil)
+				launcher.DependsOn = []jobsetv1alpha2.DependsOn{{Name: "node", Status: jobsetv1alpha2.DependencyReady}}
+				node := withResources(utiltesting.ReplicatedJob("node", "", "node"), list("cpu", "2"), nil)
+				return utiltesting.MakeRuntimeSpec().ReplicatedJobs(node, launcher).MPI(&trainer.MPIMLPolicySource{})
+			}(),
+			framework:  mpi.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").NumNodes(2).Obj(),
+			minMember:  2,
+			minRequest: list("cpu", "4"),
+		},
+		"a trainer that waits for its initializers is still the gang": {
+			runtime: func() *utiltesting.RuntimeSpecWrapper {
+				dataset := withResources(utiltesting.ReplicatedJob("dataset-initializer", trainer.AncestorDatasetInitializer, "dataset-initializer"), list("cpu", "4"), nil)
+				node := withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "1"), nil)
+				node.DependsOn = []jobsetv1alpha2.DependsOn{{Name: "dataset-initializer", Status: jobsetv1alpha2.DependencyComplete}}
+				return utiltesting.MakeRuntimeSpec().NumNodes(3).ReplicatedJobs(dataset, node)
+			}(),
+			framework:  plain.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  3,
+			minRequest: list("cpu", "3"),
+		},
+		"an elastic torch gang starts with minNodes, not maxNodes": {
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{
+				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](8)}}),
+			framework:  torch.New(),
+			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
+			minMember:  2,
+			minRequest: list("cpu", "4", "memory", "8Gi", "nvidia.com/gpu", "2"),
+		},
 		"replicas multiply the pods of a job": {
 			runtime: func() *utiltesting.RuntimeSpecWrapper {
 				node := withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "1"), nil)

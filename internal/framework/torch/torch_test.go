@@ -66,6 +66,19 @@ func TestTorch(t *testing.T) {
 					}).Obj()
 			},
 		},
+		"the master's address is in the runtime's subdomain when it names one": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).Obj()
+				rt.Template.Spec.Network = &jobsetv1alpha2.Network{Subdomain: "training"}
+				return rt
+			}(),
+			trainJob: tj().Obj(),
+			wantEnv: func() []corev1.EnvVar {
+				env := static("1", "1")
+				env[3].Value = "mnist-node-0-0.training"
+				return env
+			}(),
+		},
 		"auto on a CPU-only node is one process per whole CPU of the limit": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("3500m", "")}).Obj(),
