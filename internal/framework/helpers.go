@@ -46,10 +46,11 @@ func (b *Build) SetRankEnv(name string) {
 	}})
 }
 
-// SetPort puts a named TCP port into the trainer container's ports.
+// SetPort puts a named TCP port into the trainer container's ports, in place of one of the same
+// name or number that the runtime declares.
 func (b *Build) SetPort(name string, port int32) {
 	c := b.TrainerContainer()
-	c.Ports = upsert.ByKey(c.Ports, upsert.PortName, corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP})
+	c.Ports = upsert.Port(c.Ports, corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP})
 }
 
 // SetNodes sets the number of pods of the trainer job.

@@ -37,7 +37,30 @@ func VolumeName(v corev1.Volume) string                  { return v.Name }
 func MountPath(m corev1.VolumeMount) string              { return m.MountPath }
 func GateName(g corev1.PodSchedulingGate) string         { return g.Name }
 func ReferenceName(r corev1.LocalObjectReference) string { return r.Name }
-func PortName(p corev1.ContainerPort) string             { return p.Name }
+
+// Port puts a container port into a list, replacing the entries of the same name and those of
+// the same number and protocol: the API server keys ports by number and protocol, so the same
+// port may not be listed twice, even under two names.
+func Port(list []corev1.ContainerPort, port corev1.ContainerPort) []corev1.ContainerPort {
+	same := func(p corev1.ContainerPort) bool {
+		return (p.Name != "" && p.Name == port.Name) ||
+			(p.ContainerPort == port.ContainerPort && protocol(p) == protocol(port))
+	}
+	i := slices.IndexFunc(list, same)
+	if i < 0 {
+		return append(list, port)
+	}
+	list[i] = port
+	return slices.Concat(list[:i+1], slices.DeleteFunc(list[i+1:], same))
+}
+
+// protocol is a port's protocol, TCP when unset, as the API server defaults it.
+func protocol(p corev1.ContainerPort) corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
 
 // EnvFromSource keys envFrom entries by the object they read, so that a Secret is listed once.
 func EnvFromSource(e corev1.EnvFromSource) string {
