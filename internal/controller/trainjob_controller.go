@@ -93,13 +93,19 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 
 	jobSetWasSuspended := js != nil && ptr.Deref(js.Spec.Suspend, false)
 
-	// 2. Resolve the runtime. Without a JobSet, a runtime still missing after the grace period
-	// fails the TrainJob. With one, the runtime was deleted while in use: runtimes are blueprints,
+	// 2. Resolve the runtime. Without a JobSet, a runtime missing from the TrainJob's creation to
+	// the end of the grace period fails the TrainJob. With one, the runtime was deleted while in use: runtimes are blueprints,
 	// so the TrainJob goes on as it was built, and can still be suspended and resumed.
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound) && js != nil:
 		rt = nil
+	case errors.Is(err, trainingruntime.ErrNotFound) && len(tj.Status.Conditions) > 0:
+		// The runtime was there (the TrainJob was built, or tried to be) and went before the
+		// JobSet was made: it was not mistyped. Wait for it rather than fail.
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
+			fmt.Sprintf("The runtime was deleted before the TrainJob's JobSet was created: %v; restore it, or delete the TrainJob", err))
+		return ctrl.Result{}, nil
 	case errors.Is(err, trainingruntime.ErrNotFound):
 		if wait := r.runtimeGracePeriod - time.Since(tj.CreationTimestamp.Time); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil

@@ -285,6 +285,35 @@ func TestMissingRuntimeFailsTheTrainJob(t *testing.T) {
 	}
 }
 
+// A runtime deleted while a TrainJob that tried to build from it waits (here for a fix of its
+// build error) does not fail the TrainJob once the grace period is over: it was no typo. The
+// TrainJob says what it waits for, and runs once the runtime is back.
+func TestDeletingTheRuntimeOfAWaitingTrainJobDoesNotFailIt(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	rt := utiltesting.TrainingRuntime("going", ns, utiltesting.MakeRuntimeSpec().Obj())
+	require.NoError(t, k8sClient.Create(ctx, rt))
+	tj := utiltesting.MakeTrainJob("waiting", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).
+		PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"launcher"}}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+	})
+
+	require.NoError(t, k8sClient.Delete(ctx, rt))
+	time.Sleep(runtimeGracePeriod + time.Second)
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+		assert.Contains(c, apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated).Message, "The runtime was deleted")
+	})
+	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed), "the TrainJob failed for a runtime it had")
+
+	fixed := utiltesting.TrainingRuntime("going", ns, utiltesting.MakeRuntimeSpec().ReplicatedJobs(
+		utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), utiltesting.ReplicatedJob("launcher", "", "launcher")).Obj())
+	require.NoError(t, k8sClient.Create(ctx, fixed))
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+}
+
 func TestRuntimeCreatedJustAfterTheTrainJob(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
