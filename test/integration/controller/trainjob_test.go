@@ -465,3 +465,35 @@ func reconcileErrors(t *testing.T, controllerName string) float64 {
 	}
 	return 0
 }
+
+// Runtimes are blueprints: editing one does not touch the JobSets of TrainJobs that wait
+// suspended (as Kueue holds them), and those TrainJobs resume as they were built.
+func TestARuntimeEditLeavesSuspendedJobSetsAlone(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	var tjs []*trainer.TrainJob
+	for _, name := range []string{"queued-a", "queued-b"} {
+		tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		tjs = append(tjs, tj)
+	}
+	before := map[string]*jobsetv1alpha2.JobSet{}
+	for _, tj := range tjs {
+		before[tj.Name] = waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	}
+
+	rt := &trainer.ClusterTrainingRuntime{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Name: runtime}, rt))
+	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image = "busybox:edited"
+	require.NoError(t, k8sClient.Update(ctx, rt))
+	time.Sleep(time.Second)
+
+	updateTrainJob(t, tjs[0], func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tjs[0], func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	for _, tj := range tjs {
+		js := &jobsetv1alpha2.JobSet{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js))
+		assert.Equal(t, before[tj.Name].UID, js.UID, "the JobSet of %s was made again", tj.Name)
+		assert.Equal(t, "busybox", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image, "the runtime's edit reached %s", tj.Name)
+	}
+}
