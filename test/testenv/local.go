@@ -247,19 +247,96 @@ profiles:
 
 // kwokStages returns KWOK's configuration: the stages its fake nodes and pods go through. A node
 // is Ready at once. A pod bound to a node runs at once (or after its StartAfterAnnotation), and a
-// pod of a Job ends after runFor (or its RunForAnnotation): Failed with exit code 1 when its FailAnnotation is "true", else
-// Succeeded. A deleted pod is stopped (Failed, exit code 137, as a kubelet that killed it says),
-// then removed once nothing holds it by a finalizer.
+// pod of a Job ends after runFor (or its RunForAnnotation): Failed with exit code 1 when its
+// FailAnnotation is "true", else Succeeded. A deleted pod is stopped (Failed, exit code 137, as
+// a kubelet that killed it says), then removed once nothing holds it by a finalizer.
 func kwokStages(runFor time.Duration) string {
+	running := `
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: ["Running"]`
+	deleted := `
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+    - key: .status.phase
+      operator: In
+      values: ["Pending", "Running"]`
+	ran := `
+  delay:
+    durationMilliseconds: $RUN_FOR_MS
+    durationFrom:
+      expressionFrom: '.metadata.annotations["$RUN_FOR"]'`
+	stages := []string{
+		nodeReadyStage,
+		podStartStage,
+		podEndStage("pod-succeed", running+`
+    - key: '.metadata.ownerReferences.[].kind'
+      operator: In
+      values: ["Job"]
+    - key: '.metadata.annotations["$FAIL"]'
+      operator: NotIn
+      values: ["true"]`, ran, "Succeeded", 0, "Completed"),
+		podEndStage("pod-fail", running+`
+    - key: '.metadata.annotations["$FAIL"]'
+      operator: In
+      values: ["true"]`, ran, "Failed", 1, "Error"),
+		podEndStage("pod-stop", deleted, "", "Failed", 137, "Error"),
+		podRemoveStage,
+	}
 	return strings.NewReplacer(
 		"$RUN_FOR_MS", strconv.FormatInt(runFor.Milliseconds(), 10),
 		"$RUN_FOR", RunForAnnotation,
 		"$START_AFTER", StartAfterAnnotation,
 		"$FAIL", FailAnnotation,
-	).Replace(kwokStagesTemplate)
+	).Replace(strings.Join(stages, "---\n"))
 }
 
-const kwokStagesTemplate = `apiVersion: kwok.x-k8s.io/v1alpha1
+// podEndStage is a stage that ends the run of the pods that match: after delay, their containers
+// terminate with exitCode and reason, and the pod goes to phase.
+func podEndStage(name, match, delay, phase string, exitCode int, reason string) string {
+	return strings.NewReplacer("$NAME", name, "$MATCH", match, "$DELAY", delay, "$PHASE", phase,
+		"$EXIT_CODE", strconv.Itoa(exitCode), "$REASON", reason).Replace(`apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: $NAME
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:$MATCH$DELAY
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range list "Ready" "ContainersReady" }}
+      - lastProbeTime: null
+        lastTransitionTime: {{ $now | Quote }}
+        reason: Pod$PHASE
+        status: "False"
+        type: {{ . }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: $EXIT_CODE
+            reason: $REASON
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: $PHASE
+`)
+}
+
+const nodeReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: node-ready
@@ -292,8 +369,9 @@ spec:
         kernelVersion: fake
         osImage: kwok
       phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
+`
+
+const podStartStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: pod-start
@@ -356,156 +434,9 @@ spec:
       podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
       phase: Running
       startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-succeed
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
-      operator: DoesNotExist
-    - key: .status.phase
-      operator: In
-      values: ["Running"]
-    - key: '.metadata.ownerReferences.[].kind'
-      operator: In
-      values: ["Job"]
-    - key: '.metadata.annotations["$FAIL"]'
-      operator: NotIn
-      values: ["true"]
-  delay:
-    durationMilliseconds: $RUN_FOR_MS
-    durationFrom:
-      expressionFrom: '.metadata.annotations["$RUN_FOR"]'
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range list "Ready" "ContainersReady" }}
-      - lastProbeTime: null
-        lastTransitionTime: {{ $now | Quote }}
-        reason: PodCompleted
-        status: "False"
-        type: {{ . }}
-      {{ end }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Succeeded
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-fail
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
-      operator: DoesNotExist
-    - key: .status.phase
-      operator: In
-      values: ["Running"]
-    - key: '.metadata.annotations["$FAIL"]'
-      operator: In
-      values: ["true"]
-  delay:
-    durationMilliseconds: $RUN_FOR_MS
-    durationFrom:
-      expressionFrom: '.metadata.annotations["$RUN_FOR"]'
-  next:
-    event:
-      type: Warning
-      reason: Failed
-      message: The pod's containers failed with exit code 1 ($FAIL)
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range list "Ready" "ContainersReady" }}
-      - lastProbeTime: null
-        lastTransitionTime: {{ $now | Quote }}
-        reason: PodFailed
-        status: "False"
-        type: {{ . }}
-      {{ end }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 1
-            reason: Error
-            message: failed as the pod's $FAIL annotation asks
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-stop
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
-      operator: Exists
-    - key: .status.phase
-      operator: In
-      values: ["Pending", "Running"]
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      {{ range list "Ready" "ContainersReady" }}
-      - lastProbeTime: null
-        lastTransitionTime: {{ $now | Quote }}
-        reason: PodTerminated
-        status: "False"
-        type: {{ . }}
-      {{ end }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 137
-            reason: Error
-            startedAt: {{ $now | Quote }}
-            finishedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
----
-apiVersion: kwok.x-k8s.io/v1alpha1
+`
+
+const podRemoveStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: pod-remove
