@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,9 +49,10 @@ func podGroupKinds() []client.Object {
 	return []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}}
 }
 
-// CacheOptions keep the manager's cache to what the controllers need: of the kinds that exist
-// in large numbers in a cluster and that the operator also creates, ConfigMaps and PodGroups,
-// only those the operator created, by their trainer.kubeflow.org/trainjob-name label. The cache
+// CacheOptions keep the manager's cache to what the controllers need: of PodGroups, a kind that
+// may exist in large numbers in a cluster, only those the operator created, by their
+// trainer.kubeflow.org/trainjob-name label. ConfigMaps (MPI hostfiles) are only written, never
+// read, so they are not cached at all. The cache
 // cannot be configured for a kind the cluster does not serve, so it asks which PodGroup CRDs
 // are installed.
 func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
@@ -72,7 +72,7 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	if req, err := labels.NewRequirement(trainer.TrainJobNameLabel, selection.Exists, nil); err == nil {
 		ours = ours.Add(*req)
 	}
-	byObject := map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: ours}}
+	byObject := map[client.Object]cache.ByObject{}
 	for _, pg := range podGroups {
 		byObject[pg] = cache.ByObject{Label: ours}
 	}

@@ -44,7 +44,7 @@ type mpi struct{}
 // The MPI controller creates each TrainJob's SSH key Secret once and never reads Secrets; it
 // applies the hostfile ConfigMaps, which the manager caches by label.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create;patch
 
 // New returns the MPI framework.
 func New() framework.Framework { return mpi{} }

@@ -106,6 +106,8 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 		{namespace, "update", "secrets", true},
 		{namespace, "delete", "secrets", false},
 		{"team-a", "create", "configmaps", true},
+		{"team-a", "get", "configmaps", false}, // Hostfiles are written, never read.
+		{"team-a", "list", "configmaps", false},
 		{"team-a", "patch", "jobsets", true},
 		{"team-a", "delete", "jobsets", true}, // A suspended JobSet that cannot take its TrainJob's changes is made anew.
 		{"team-a", "list", "pods", false},
