@@ -94,8 +94,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	jobSetWasSuspended := js != nil && ptr.Deref(js.Spec.Suspend, false)
 
 	// 2. Resolve the runtime. Without a JobSet, a runtime missing from the TrainJob's creation to
-	// the end of the grace period fails the TrainJob. With one, the runtime was deleted while in use: runtimes are blueprints,
-	// so the TrainJob goes on as it was built, and can still be suspended and resumed.
+	// the end of the grace period fails the TrainJob. With one, the runtime was deleted while in
+	// use: runtimes are blueprints, so the TrainJob goes on as it was built, and can still be
+	// suspended and resumed.
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound) && js != nil:
