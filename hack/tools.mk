@@ -58,10 +58,7 @@ jobset-controller: $(JOBSET_CONTROLLER) ## Build the JobSet controller (local cl
 scheduler-plugins: $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) ## Build the scheduler-plugins scheduler and controller (local cluster).
 kwok: $(KWOK) ## Build KWOK (local cluster).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
-localcluster-assets: ## Build every program of the local cluster (make run, make test-e2e), two builds at a time.
-	@# Two at a time: one build downloads its modules while the other compiles.
-	$(MAKE) -j2 --no-print-directory $(ETCD) $(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) \
-		$(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK)
+localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) ## Build every program of the local cluster (make run, make test-e2e).
 
 ## controller-gen and kustomize: plain `go install pkg@version` (their go.mod
 ## has no local replaces). Installed as <tool>-<version> plus a symlink
@@ -118,11 +115,9 @@ endef
 
 $(KUBE_APISERVER): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
 	$(call build-k8s-cmd,kube-apiserver)
-# The commands of one module build one after another (order-only), so that two go builds never
-# compile the same packages at once; builds of different modules may run side by side (make -j).
-$(KUBECTL): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(KUBE_APISERVER)
+$(KUBECTL): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
 	$(call build-k8s-cmd,kubectl)
-$(KUBE_CONTROLLER_MANAGER): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(KUBECTL)
+$(KUBE_CONTROLLER_MANAGER): $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
 	$(call build-k8s-cmd,kube-controller-manager)
 
 
@@ -141,5 +136,5 @@ define build-scheduler-plugins-cmd
 endef
 $(SCHEDULER_PLUGINS_SCHEDULER): $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN)
 	$(call build-scheduler-plugins-cmd,scheduler)
-$(SCHEDULER_PLUGINS_CONTROLLER): $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN) $(SCHEDULER_PLUGINS_SCHEDULER)
+$(SCHEDULER_PLUGINS_CONTROLLER): $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN)
 	$(call build-scheduler-plugins-cmd,controller)
