@@ -44,10 +44,12 @@ func run() error {
 	var install []string
 	local := testenv.DefaultLocalOptions()
 	flag.IntVar(&local.Nodes, "nodes", local.Nodes, "Number of fake nodes.")
+	capacity := local.NodeCapacity
 	var cpu, memory, gpu string
-	flag.StringVar(&cpu, "node-cpu", "16", "CPUs of each fake node.")
-	flag.StringVar(&memory, "node-memory", "64Gi", "Memory of each fake node.")
-	flag.StringVar(&gpu, "node-gpu", "4", "nvidia.com/gpu of each fake node.")
+	flag.StringVar(&cpu, "node-cpu", capacity.Cpu().String(), "CPUs of each fake node.")
+	flag.StringVar(&memory, "node-memory", capacity.Memory().String(), "Memory of each fake node.")
+	gpus := capacity["nvidia.com/gpu"]
+	flag.StringVar(&gpu, "node-gpu", gpus.String(), "nvidia.com/gpu of each fake node.")
 	flag.DurationVar(&local.PodRunTime, "pod-run-time", local.PodRunTime,
 		"How long a pod of a Job runs before it succeeds (the pod annotation "+testenv.RunForAnnotation+" overrides it).")
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {

@@ -20,8 +20,6 @@ import (
 	"github.com/trainjob/operator/test/testenv"
 )
 
-func isConflict(err error) bool { return apierrors.IsConflict(err) }
-
 // runningTrainJob creates a TrainJob of two pods that run for a long time, and waits until they run.
 func runningTrainJob(t *testing.T, ns, name, runtime string) *trainer.TrainJob {
 	t.Helper()

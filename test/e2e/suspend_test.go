@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +26,7 @@ func update(t *testing.T, tj *trainer.TrainJob, change func(*trainer.TrainJob)) 
 		got := &trainer.TrainJob{}
 		require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got))
 		change(got)
-		if err = k8sClient.Update(context.Background(), got); err == nil || !isConflict(err) {
+		if err = k8sClient.Update(context.Background(), got); err == nil || !apierrors.IsConflict(err) {
 			return err
 		}
 	}
