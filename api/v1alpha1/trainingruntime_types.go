@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 )
 
@@ -14,8 +15,9 @@ const (
 
 // Labels the operator reads and writes.
 const (
-	// AncestorStepLabel on a replicated job's Pod template tells which part of the TrainJob it
-	// receives: the trainer, or the dataset or model initializer.
+	// AncestorStepLabel on a replicated job's Job template (as upstream Kubeflow Trainer puts it)
+	// or its Pod template (as KEP-2170 does) tells which part of the TrainJob the job receives:
+	// the trainer, or the dataset or model initializer. Where both have it, they must agree.
 	AncestorStepLabel = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 	// FrameworkLabel on a shipped runtime names its framework; the Kubeflow SDK lists runtimes by it.
@@ -99,7 +101,7 @@ type TrainingRuntimeSpec struct {
 	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
 
 	// Template is the JobSet each TrainJob starts from. Its trainer job is the replicated job whose
-	// Pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
+	// Job template or Pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
 	// +required
 	Template JobSetTemplateSpec `json:"template"`
 }
@@ -156,13 +158,14 @@ type MLPolicySource struct {
 
 // TorchMLPolicySource configures torchrun.
 type TorchMLPolicySource struct {
-	// NumProcPerNode is torchrun's --nproc-per-node: "auto" (one per GPU when the node has GPUs,
-	// else per CPU), "cpu", "gpu", or a positive integer such as "4".
+	// NumProcPerNode is torchrun's --nproc-per-node: a positive integer such as 4, "auto" (one
+	// per GPU when the node has GPUs, else per CPU), "cpu" or "gpu".
 	// Defaults to "auto".
 	// +optional
 	// +kubebuilder:default="auto"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be auto, cpu, gpu or a positive integer"
-	NumProcPerNode *string `json:"numProcPerNode,omitempty"`
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be a positive integer, auto, cpu or gpu"
+	NumProcPerNode *intstr.IntOrString `json:"numProcPerNode,omitempty"`
 
 	// ElasticPolicy makes the training elastic: torchrun uses c10d rendezvous and the job may run
 	// between minNodes and maxNodes nodes. mlPolicy.numNodes must then be omitted.
@@ -321,4 +324,13 @@ type KAISchedulerPodGroupPolicySource struct {
 
 func init() {
 	SchemeBuilder.Register(&ClusterTrainingRuntime{}, &ClusterTrainingRuntimeList{}, &TrainingRuntime{}, &TrainingRuntimeList{})
+}
+
+// Ancestor is the AncestorStepLabel of a replicated job: its Job template's, else its Pod
+// template's, else "".
+func Ancestor(job *jobsetv1alpha2.ReplicatedJob) string {
+	if a, ok := job.Template.Labels[AncestorStepLabel]; ok {
+		return a
+	}
+	return job.Template.Spec.Template.Labels[AncestorStepLabel]
 }

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Values of spec.managedBy.
@@ -51,6 +52,10 @@ const (
 
 	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
 	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
+
+	// TrainJobDeadlineExceededReason explains Failed=True when the TrainJob ran longer than
+	// spec.activeDeadlineSeconds, as for a Job.
+	TrainJobDeadlineExceededReason = "DeadlineExceeded"
 )
 
 // TrainJob runs one distributed training from a training runtime blueprint: the operator turns
@@ -110,12 +115,33 @@ type TrainJobSpec struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 
 	// PodSpecOverrides change the Pod templates of the runtime's jobs for this TrainJob only, for
-	// example a user's service account, volumes or node placement. They are applied last, so they
-	// win over both the runtime and spec.trainer. Tools such as Kueue add them while the TrainJob
-	// is suspended.
+	// example a user's service account, volumes or node placement. They win over both the runtime
+	// and spec.trainer. Tools built on upstream Kubeflow Trainer's Go types (Kueue among them) do
+	// not know this field and drop it when they update the TrainJob: with them, use
+	// runtimePatches.
 	// +optional
 	// +listType=atomic
 	PodSpecOverrides []PodSpecOverride `json:"podSpecOverrides,omitempty"`
+
+	// RuntimePatches change the runtime's JobSet template for this TrainJob only, one entry per
+	// manager (a user, or a controller such as Kueue, which writes its node placement here before
+	// it resumes the TrainJob). They are applied in list order, after the runtime, spec.trainer,
+	// spec.podSpecOverrides and spec.labels and spec.annotations, so they win over all of them.
+	// The field and its structure are upstream Kubeflow Trainer's.
+	// +optional
+	// +listType=map
+	// +listMapKey=manager
+	// +kubebuilder:validation:MaxItems=16
+	RuntimePatches []RuntimePatch `json:"runtimePatches,omitempty"`
+
+	// ActiveDeadlineSeconds is how long the TrainJob may run, counted from when it last started
+	// running: its creation, or its last resume (a resume restarts the clock, as for a Job). Past
+	// it, the TrainJob is Failed with reason DeadlineExceeded and its pods are stopped. It cannot
+	// be changed once set.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="activeDeadlineSeconds is immutable"
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 
 	// Suspend stops the TrainJob's pods, or keeps them from starting, while true. Setting it back
 	// to false resumes the TrainJob. Queueing systems such as Kueue use it to admit TrainJobs.
@@ -254,12 +280,14 @@ type Trainer struct {
 	// +optional
 	ResourcesPerNode *corev1.ResourceRequirements `json:"resourcesPerNode,omitempty"`
 
-	// NumProcPerNode is the number of training processes on each node: "auto" (one per GPU when
-	// the node has GPUs, else per CPU), "cpu", "gpu", or a positive integer such as "4". It
-	// overrides the runtime's value.
+	// NumProcPerNode is the number of training processes on each node: a positive integer such as
+	// 4, or for torch "auto" (one per GPU when the node has GPUs, else per CPU), "cpu" or "gpu".
+	// It overrides the runtime's value. Write an integer for TrainJobs queued by Kueue: it reads
+	// TrainJobs with upstream Kubeflow Trainer's types, where this field is an integer.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be auto, cpu, gpu or a positive integer"
-	NumProcPerNode *string `json:"numProcPerNode,omitempty"`
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be a positive integer, auto, cpu or gpu"
+	NumProcPerNode *intstr.IntOrString `json:"numProcPerNode,omitempty"`
 }
 
 // PodSpecOverride changes the Pod template of some of the runtime's jobs for one TrainJob.
@@ -270,8 +298,15 @@ type PodSpecOverride struct {
 	// +listType=set
 	TargetJobs []string `json:"targetJobs,omitempty"`
 
+	PodSpecPatch `json:",inline"`
+}
+
+// PodSpecPatch changes a Pod template: the fields of spec.podSpecOverrides and of a runtime
+// patch's pod template.
+type PodSpecPatch struct {
 	// ServiceAccountName replaces the Pods' service account.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName *string `json:"serviceAccountName,omitempty"`
 
 	// NodeSelector is merged into the Pods' node selector; these values win.
@@ -285,56 +320,174 @@ type PodSpecOverride struct {
 	// Tolerations are added to the Pods' tolerations.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
 	// Volumes are merged by name into the Pods' volumes; these win.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 
 	// InitContainers change init containers of the Pods, by name. Each must exist in the runtime.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	InitContainers []ContainerOverride `json:"initContainers,omitempty"`
+	// +kubebuilder:validation:MaxItems=64
+	InitContainers []ContainerPatch `json:"initContainers,omitempty"`
 
 	// Containers change containers of the Pods, by name. Each must exist in the runtime.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	Containers []ContainerOverride `json:"containers,omitempty"`
+	// +kubebuilder:validation:MaxItems=64
+	Containers []ContainerPatch `json:"containers,omitempty"`
 
 	// SchedulingGates are merged by name into the Pods' scheduling gates.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
 	SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates,omitempty"`
 
 	// ImagePullSecrets are merged by name into the Pods' image pull secrets.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// SecurityContext replaces the Pods' security context.
+	// +optional
+	SecurityContext *corev1.PodSecurityContext `json:"securityContext,omitempty"`
 }
 
-// ContainerOverride changes one container of the runtime's Pod template.
-type ContainerOverride struct {
+// ContainerPatch changes one container of the runtime's Pod template.
+type ContainerPatch struct {
 	// Name of the container. The runtime's Pod template must have it.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
 	// Env is merged by name into the container's environment; these values win.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// VolumeMounts are merged by mount path into the container's volume mounts; these win.
 	// +optional
 	// +listType=map
 	// +listMapKey=mountPath
+	// +kubebuilder:validation:MaxItems=128
 	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
+
+	// SecurityContext replaces the container's security context.
+	// +optional
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+}
+
+// RuntimePatch is one manager's change to the runtime's JobSet template, for one TrainJob.
+type RuntimePatch struct {
+	// Manager names who owns this patch: a user, or a controller such as Kueue
+	// ("kueue.x-k8s.io/manager"). It keys the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Manager string `json:"manager"`
+
+	// Time is when the manager last wrote the patch, for people reading it; the operator does not
+	// use it.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+
+	// TrainingRuntimeSpec is the patch of the runtime's spec.
+	// +optional
+	TrainingRuntimeSpec *TrainingRuntimeSpecPatch `json:"trainingRuntimeSpec,omitempty"`
+}
+
+// TrainingRuntimeSpecPatch is the part of a runtime's spec a patch may change.
+type TrainingRuntimeSpecPatch struct {
+	// Template patches the JobSet template.
+	// +optional
+	Template *JobSetTemplatePatch `json:"template,omitempty"`
+}
+
+// JobSetTemplatePatch patches the JobSet's labels and annotations and its replicated jobs.
+type JobSetTemplatePatch struct {
+	// Metadata's labels and annotations are merged into the JobSet's; these values win.
+	// +optional
+	Metadata *MetadataPatch `json:"metadata,omitempty"`
+
+	// Spec patches the JobSet's replicated jobs.
+	// +optional
+	Spec *JobSetSpecPatch `json:"spec,omitempty"`
+}
+
+// JobSetSpecPatch patches replicated jobs by name.
+type JobSetSpecPatch struct {
+	// ReplicatedJobs patch the runtime's replicated jobs of the same name. Each must name a job of
+	// the runtime.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	ReplicatedJobs []ReplicatedJobPatch `json:"replicatedJobs,omitempty"`
+}
+
+// ReplicatedJobPatch patches one replicated job.
+type ReplicatedJobPatch struct {
+	// Name of the runtime's replicated job.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Template patches the job's Job template.
+	// +optional
+	Template *JobTemplatePatch `json:"template,omitempty"`
+}
+
+// JobTemplatePatch patches a Job template.
+type JobTemplatePatch struct {
+	// Metadata's labels and annotations are merged into the Job template's; these values win.
+	// +optional
+	Metadata *MetadataPatch `json:"metadata,omitempty"`
+
+	// Spec patches the Job's Pod template.
+	// +optional
+	Spec *JobSpecPatch `json:"spec,omitempty"`
+}
+
+// JobSpecPatch patches a Job's Pod template.
+type JobSpecPatch struct {
+	// Template patches the Pod template.
+	// +optional
+	Template *PodTemplatePatch `json:"template,omitempty"`
+}
+
+// PodTemplatePatch patches a Pod template.
+type PodTemplatePatch struct {
+	// Metadata's labels and annotations are merged into the Pod template's; these values win.
+	// +optional
+	Metadata *MetadataPatch `json:"metadata,omitempty"`
+
+	// Spec patches the Pod spec.
+	// +optional
+	Spec *PodSpecPatch `json:"spec,omitempty"`
+}
+
+// MetadataPatch is the part of an object's metadata a patch may change.
+type MetadataPatch struct {
+	// Labels are merged into the object's labels; these values win.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Annotations are merged into the object's annotations; these values win.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // TrainJobStatus is the observed state of a TrainJob.

@@ -5,8 +5,9 @@
 //
 // The steps run in this order, each in its own file: start from the runtime's JobSet template;
 // apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
-// apply the initializers; apply the framework's policy; apply spec.podSpecOverrides; merge the
-// TrainJob's labels and annotations; stamp the gang's labels (after the TrainJob's steps, so that
+// apply the initializers; apply the framework's policy; apply spec.podSpecOverrides and the pod
+// specs of spec.runtimePatches; merge the TrainJob's labels and annotations, then those of
+// spec.runtimePatches; stamp the gang's labels (after the TrainJob's steps, so that
 // nothing in the TrainJob can remove them); write out JobSet's defaults; check that JobSet accepts
 // the names of the Jobs and pods; set the name, namespace, suspension and owner. The PodGroup, if
 // the runtime's gang policy needs one, is sized from the finished JobSet.
@@ -66,7 +67,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		func(b *framework.Build) error { return checkReservedEnv(b, fw) },
 		applyInitializers,
 		fw.Apply,
-		applyPodSpecOverrides,
+		applyPodPatches,
 		applyMetadata,
 		gang.Stamp,
 		applyJobSetDefaults,

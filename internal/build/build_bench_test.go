@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -27,7 +28,7 @@ func BenchmarkBuild(b *testing.B) {
 		spec *utiltesting.RuntimeSpecWrapper
 	}{
 		"plain":   {plain.New(), utiltesting.MakeRuntimeSpec()},
-		"torch":   {torch.New(), utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("auto")})},
+		"torch":   {torch.New(), utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("auto"))})},
 		"xgboost": {xgboost.New(), utiltesting.MakeRuntimeSpec().XGBoost(&trainer.XGBoostMLPolicySource{})},
 		"jax":     {jax.New(), utiltesting.MakeRuntimeSpec().JAX()},
 		"mpi": {mpi.New(), utiltesting.MakeRuntimeSpec().ReplicatedJobs(
@@ -43,7 +44,7 @@ func BenchmarkBuild(b *testing.B) {
 		tj := utiltesting.MakeTrainJob("bench", "ns").Trainer(&trainer.Trainer{
 			Image: ptr.To("img"), Env: []corev1.EnvVar{{Name: "EPOCHS", Value: "3"}},
 			ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}},
-		}).PodSpecOverrides(trainer.PodSpecOverride{NodeSelector: map[string]string{"pool": "gpu"}}).Obj()
+		}).PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"pool": "gpu"}}}).Obj()
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

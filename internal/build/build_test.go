@@ -175,7 +175,7 @@ func TestJobSet(t *testing.T) {
 		"a runtime without a trainer job cannot be built": {
 			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node")).Obj(),
 			trainJob: tj().Obj(),
-			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs: Required value: the pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer: that job runs the trainer`,
+			wantErr:  `TrainingRuntime "rt": spec.template.spec.replicatedJobs: Required value: the Job template or pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer: that job runs the trainer`,
 		},
 		"a runtime with two trainer jobs cannot be built": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(
@@ -241,7 +241,7 @@ func TestJobSet(t *testing.T) {
 		},
 		"an override without targetJobs applies to every job": {
 			runtime:  fullRuntime().Obj(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{ServiceAccountName: ptr.To("team-a")}).Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{ServiceAccountName: ptr.To("team-a")}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				w := utiltesting.MakeJobSet(tj, rt)
 				for _, job := range []string{"dataset-initializer", "model-initializer", "node"} {
@@ -251,10 +251,8 @@ func TestJobSet(t *testing.T) {
 			},
 		},
 		"an override with targetJobs applies only to them": {
-			runtime: fullRuntime().Obj(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				TargetJobs: []string{"node"}, ServiceAccountName: ptr.To("team-a"),
-			}).Obj(),
+			runtime:  fullRuntime().Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{ServiceAccountName: ptr.To("team-a")}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).PodSpec("node", func(s *corev1.PodSpec) { s.ServiceAccountName = "team-a" }).Obj()
 			},
@@ -267,28 +265,19 @@ func TestJobSet(t *testing.T) {
 			wantErr: `spec.podSpecOverrides[1].targetJobs[1]: Invalid value: "launcher": TrainingRuntime "rt" has no replicated job of that name`,
 		},
 		"an override of a container the job lacks cannot be built": {
-			runtime: fullRuntime().Obj(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				TargetJobs: []string{"node"},
-				Containers: []trainer.ContainerOverride{{Name: "node"}, {Name: "proxy"}},
-			}).Obj(),
-			wantErr: `spec.podSpecOverrides[0].containers[1].name: Invalid value: "proxy": replicated job "node" of TrainingRuntime "rt" has no container of that name`,
+			runtime:  fullRuntime().Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node"}, {Name: "proxy"}}}}).Obj(),
+			wantErr:  `spec.podSpecOverrides[0].containers[1].name: Invalid value: "proxy": replicated job "node" of TrainingRuntime "rt" has no container of that name`,
 		},
 		"an override of an init container the job lacks cannot be built": {
-			runtime: fullRuntime().Obj(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				TargetJobs:     []string{"dataset-initializer"},
-				InitContainers: []trainer.ContainerOverride{{Name: "fetch"}},
-			}).Obj(),
-			wantErr: `spec.podSpecOverrides[0].initContainers[0].name: Invalid value: "fetch": replicated job "dataset-initializer" of TrainingRuntime "rt" has no init container of that name`,
+			runtime:  fullRuntime().Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"dataset-initializer"}, PodSpecPatch: trainer.PodSpecPatch{InitContainers: []trainer.ContainerPatch{{Name: "fetch"}}}}).Obj(),
+			wantErr:  `spec.podSpecOverrides[0].initContainers[0].name: Invalid value: "fetch": replicated job "dataset-initializer" of TrainingRuntime "rt" has no init container of that name`,
 		},
 		"override env wins over the trainer's": {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},
-			trainJob: tj().Trainer(&trainer.Trainer{Env: env("A", "trainer")}).PodSpecOverrides(trainer.PodSpecOverride{
-				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("A", "override")}},
-				TargetJobs: []string{"node"},
-			}).Obj(),
+			trainJob:  tj().Trainer(&trainer.Trainer{Env: env("A", "trainer")}).PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("A", "override")}}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).Container("node", "node", func(c *corev1.Container) {
 					c.Env = env("A", "override", "B", "runtime", "FRAMEWORK_VAR", "framework")
@@ -304,18 +293,13 @@ func TestJobSet(t *testing.T) {
 		"an override that sets the framework's env var on the trainer container cannot be built": {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("A", "x", "FRAMEWORK_VAR", "mine")}},
-			}).Obj(),
-			wantErr: "spec.podSpecOverrides[0].containers[0].env[1].name: Forbidden: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
+			trainJob:  tj().PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("A", "x", "FRAMEWORK_VAR", "mine")}}}}).Obj(),
+			wantErr:   "spec.podSpecOverrides[0].containers[0].env[1].name: Forbidden: FRAMEWORK_VAR is set by the stub framework and may not be set by hand",
 		},
 		"an override may set the framework's env var name on a sidecar": {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				TargetJobs: []string{"node"},
-				Containers: []trainer.ContainerOverride{{Name: "sidecar", Env: env("FRAMEWORK_VAR", "proxy")}},
-			}).Obj(),
+			trainJob:  tj().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "sidecar", Env: env("FRAMEWORK_VAR", "proxy")}}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).
 					Container("node", "node", func(c *corev1.Container) { c.Env = append(c.Env, env("FRAMEWORK_VAR", "framework")...) }).
@@ -389,7 +373,7 @@ func TestJobSet(t *testing.T) {
 				rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "cpu", "zone": "a"}
 				return rt
 			}(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{NodeSelector: map[string]string{"pool": "gpu"}}).Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"pool": "gpu"}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).PodSpec("node", func(s *corev1.PodSpec) {
 					s.NodeSelector = map[string]string{"pool": "gpu", "zone": "a"}
@@ -404,10 +388,7 @@ func TestJobSet(t *testing.T) {
 				s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{}}
 				return rt
 			}(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}},
-				Affinity:    &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}},
-			}).Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}, Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{}}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).PodSpec("node", func(s *corev1.PodSpec) {
 					s.Tolerations = append(s.Tolerations, corev1.Toleration{Key: "gpu", Operator: corev1.TolerationOpExists})
@@ -423,15 +404,12 @@ func TestJobSet(t *testing.T) {
 				s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 				return rt
 			}(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				Volumes: []corev1.Volume{
-					{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pvc"}}},
-					{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				},
-				Containers: []trainer.ContainerOverride{{Name: "node", VolumeMounts: []corev1.VolumeMount{
-					{Name: "data", MountPath: "/data", ReadOnly: true}, {Name: "cache", MountPath: "/cache"},
-				}}},
-			}).Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Volumes: []corev1.Volume{
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pvc"}}},
+				{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			}, Containers: []trainer.ContainerPatch{{Name: "node", VolumeMounts: []corev1.VolumeMount{
+				{Name: "data", MountPath: "/data", ReadOnly: true}, {Name: "cache", MountPath: "/cache"},
+			}}}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).PodSpec("node", func(s *corev1.PodSpec) {
 					s.Volumes = []corev1.Volume{
@@ -443,11 +421,8 @@ func TestJobSet(t *testing.T) {
 			},
 		},
 		"override init container env is merged by name": {
-			runtime: fullRuntime().Obj(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				TargetJobs:     []string{"node"},
-				InitContainers: []trainer.ContainerOverride{{Name: "fetch", Env: env("USER_ID", "123")}},
-			}).Obj(),
+			runtime:  fullRuntime().Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{InitContainers: []trainer.ContainerPatch{{Name: "fetch", Env: env("USER_ID", "123")}}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).PodSpec("node", func(s *corev1.PodSpec) {
 					s.InitContainers[0].Env = env("USER_ID", "123")
@@ -462,10 +437,7 @@ func TestJobSet(t *testing.T) {
 				s.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
 				return rt
 			}(),
-			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{
-				SchedulingGates:  []corev1.PodSchedulingGate{{Name: "kueue"}, {Name: "runtime-gate"}},
-				ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}, {Name: "team"}},
-			}).Obj(),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue"}, {Name: "runtime-gate"}}, ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}, {Name: "team"}}}}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).PodSpec("node", func(s *corev1.PodSpec) {
 					s.SchedulingGates = []corev1.PodSchedulingGate{{Name: "runtime-gate"}, {Name: "kueue"}}
@@ -476,8 +448,8 @@ func TestJobSet(t *testing.T) {
 		"later overrides win over earlier ones": {
 			runtime: fullRuntime().Obj(),
 			trainJob: tj().PodSpecOverrides(
-				trainer.PodSpecOverride{ServiceAccountName: ptr.To("first")},
-				trainer.PodSpecOverride{TargetJobs: []string{"node"}, ServiceAccountName: ptr.To("second")},
+				trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{ServiceAccountName: ptr.To("first")}},
+				trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{ServiceAccountName: ptr.To("second")}},
 			).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).
@@ -539,7 +511,7 @@ func TestJobSet(t *testing.T) {
 			trainJob: func() *trainer.TrainJob {
 				o := tj().NumNodes(3).Trainer(&trainer.Trainer{NumNodes: ptr.To[int32](3), Image: ptr.To("img"), Env: env("B", "job")}).
 					Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://d")}}).
-					PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, NodeSelector: map[string]string{"gpu": "a100"}}).
+					PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"gpu": "a100"}}}).
 					Suspend(true).Obj()
 				o.Spec.Labels = map[string]string{"team": "a"}
 				return o

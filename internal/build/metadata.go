@@ -3,17 +3,51 @@ package build
 import (
 	"maps"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
 )
 
 // applyMetadata merges the TrainJob's spec.labels and spec.annotations into the JobSet, each
-// replicated job's Job template and its pod template. The TrainJob wins on a clash.
+// replicated job's Job template and its pod template, then the labels and annotations of
+// spec.runtimePatches, in order, into the objects they name. The TrainJob wins over the runtime
+// on a clash, and a runtime patch over both.
 func applyMetadata(b *framework.Build) error {
-	labels, annotations := b.TrainJob.Spec.Labels, b.TrainJob.Spec.Annotations
-	if len(labels) == 0 && len(annotations) == 0 {
-		return nil
+	mergeEverywhere(b.JobSet, b.TrainJob.Spec.Labels, b.TrainJob.Spec.Annotations)
+	for _, rp := range b.TrainJob.Spec.RuntimePatches {
+		if rp.TrainingRuntimeSpec != nil && rp.TrainingRuntimeSpec.Template != nil {
+			mergeMetadata(&b.JobSet.ObjectMeta, rp.TrainingRuntimeSpec.Template.Metadata)
+		}
 	}
-	js := b.JobSet
+	return forEachJobPatch(b, func(j int, patch *trainer.ReplicatedJobPatch, _ *field.Path) {
+		if patch.Template == nil {
+			return
+		}
+		job := &b.JobSet.Spec.ReplicatedJobs[j].Template
+		mergeMetadata(&job.ObjectMeta, patch.Template.Metadata)
+		if patch.Template.Spec != nil && patch.Template.Spec.Template != nil {
+			mergeMetadata(&job.Spec.Template.ObjectMeta, patch.Template.Spec.Template.Metadata)
+		}
+	})
+}
+
+// mergeMetadata merges a patch's labels and annotations into an object's.
+func mergeMetadata(meta *metav1.ObjectMeta, patch *trainer.MetadataPatch) {
+	if patch != nil {
+		meta.Labels = merged(meta.Labels, patch.Labels)
+		meta.Annotations = merged(meta.Annotations, patch.Annotations)
+	}
+}
+
+// mergeEverywhere merges labels and annotations into the JobSet, each replicated job's Job
+// template and its pod template.
+func mergeEverywhere(js *jobsetv1alpha2.JobSet, labels, annotations map[string]string) {
+	if len(labels) == 0 && len(annotations) == 0 {
+		return
+	}
 	js.Labels = merged(js.Labels, labels)
 	js.Annotations = merged(js.Annotations, annotations)
 	for i := range js.Spec.ReplicatedJobs {
@@ -24,7 +58,6 @@ func applyMetadata(b *framework.Build) error {
 		pod.Labels = merged(pod.Labels, labels)
 		pod.Annotations = merged(pod.Annotations, annotations)
 	}
-	return nil
 }
 
 // merged returns dst with src's entries added over it.

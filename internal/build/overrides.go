@@ -14,26 +14,92 @@ import (
 	"github.com/trainjob/operator/internal/upsert"
 )
 
-// applyPodSpecOverrides applies spec.podSpecOverrides in order to the pod templates of their
-// target jobs (all jobs when targetJobs is empty). They run last, so they win over the runtime,
-// spec.trainer and the framework. A target job or container the runtime lacks is an error.
-func applyPodSpecOverrides(b *framework.Build) error {
-	jobs := b.JobSet.Spec.ReplicatedJobs
-	for i, o := range b.TrainJob.Spec.PodSpecOverrides {
+// podPatch is one change the TrainJob makes to the pod templates of some replicated jobs: a
+// spec.podSpecOverrides entry, or the pod spec of a job in a spec.runtimePatches entry.
+type podPatch struct {
+	path  *field.Path // where patch is in the TrainJob
+	jobs  []int       // the replicated jobs it changes, as indexes into the JobSet's
+	patch *trainer.PodSpecPatch
+}
+
+// podPatches lists the TrainJob's pod patches in the order they apply: spec.podSpecOverrides,
+// then spec.runtimePatches, each in list order. A job the runtime lacks is an error.
+func podPatches(b *framework.Build) ([]podPatch, error) {
+	var patches []podPatch
+	for i := range b.TrainJob.Spec.PodSpecOverrides {
+		o := &b.TrainJob.Spec.PodSpecOverrides[i]
 		path := field.NewPath("spec", "podSpecOverrides").Index(i)
-		targets := o.TargetJobs
-		if len(targets) == 0 {
-			for _, job := range jobs {
-				targets = append(targets, job.Name)
+		p := podPatch{path: path, patch: &o.PodSpecPatch}
+		if len(o.TargetJobs) == 0 {
+			p.jobs = make([]int, len(b.JobSet.Spec.ReplicatedJobs))
+			for j := range p.jobs {
+				p.jobs[j] = j
 			}
 		}
-		for t, name := range targets {
-			j := slices.IndexFunc(jobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == name })
-			if j < 0 {
-				return field.Invalid(path.Child("targetJobs").Index(t), name, fmt.Sprintf("%s has no replicated job of that name", b.Runtime))
+		for t, name := range o.TargetJobs {
+			j, err := replicatedJob(b, name, path.Child("targetJobs").Index(t))
+			if err != nil {
+				return nil, err
 			}
-			where := fmt.Sprintf("replicated job %q of %s", name, b.Runtime)
-			if err := overridePodSpec(&jobs[j].Template.Spec.Template.Spec, &o, path, where); err != nil {
+			p.jobs = append(p.jobs, j)
+		}
+		patches = append(patches, p)
+	}
+	err := forEachJobPatch(b, func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path) {
+		if t := patch.Template; t != nil && t.Spec != nil && t.Spec.Template != nil && t.Spec.Template.Spec != nil {
+			patches = append(patches, podPatch{
+				path:  path.Child("template", "spec", "template", "spec"),
+				jobs:  []int{job},
+				patch: t.Spec.Template.Spec,
+			})
+		}
+	})
+	return patches, err
+}
+
+// forEachJobPatch calls f with each replicated job patch of spec.runtimePatches, in order, and
+// the index of the job it names. A job the runtime lacks is an error.
+func forEachJobPatch(b *framework.Build, f func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path)) error {
+	for i, rp := range b.TrainJob.Spec.RuntimePatches {
+		if rp.TrainingRuntimeSpec == nil || rp.TrainingRuntimeSpec.Template == nil || rp.TrainingRuntimeSpec.Template.Spec == nil {
+			continue
+		}
+		path := field.NewPath("spec", "runtimePatches").Index(i).Child("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+		for k := range rp.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs {
+			patch := &rp.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[k]
+			job, err := replicatedJob(b, patch.Name, path.Index(k).Child("name"))
+			if err != nil {
+				return err
+			}
+			f(job, patch, path.Index(k))
+		}
+	}
+	return nil
+}
+
+// replicatedJob is the index of the JobSet's replicated job of the given name, which the
+// TrainJob names at path.
+func replicatedJob(b *framework.Build, name string, path *field.Path) (int, error) {
+	j := slices.IndexFunc(b.JobSet.Spec.ReplicatedJobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == name })
+	if j < 0 {
+		return 0, field.Invalid(path, name, fmt.Sprintf("%s has no replicated job of that name", b.Runtime))
+	}
+	return j, nil
+}
+
+// applyPodPatches applies spec.podSpecOverrides and the pod specs of spec.runtimePatches, in
+// that order, to the pod templates of their jobs. They run after the framework, so they win over
+// the runtime, spec.trainer and the framework. A container the runtime lacks is an error.
+func applyPodPatches(b *framework.Build) error {
+	patches, err := podPatches(b)
+	if err != nil {
+		return err
+	}
+	for _, p := range patches {
+		for _, j := range p.jobs {
+			job := &b.JobSet.Spec.ReplicatedJobs[j]
+			where := fmt.Sprintf("replicated job %q of %s", job.Name, b.Runtime)
+			if err := patchPodSpec(&job.Template.Spec.Template.Spec, p.patch, p.path, where); err != nil {
 				return err
 			}
 		}
@@ -41,37 +107,43 @@ func applyPodSpecOverrides(b *framework.Build) error {
 	return nil
 }
 
-func overridePodSpec(spec *corev1.PodSpec, o *trainer.PodSpecOverride, path *field.Path, where string) error {
-	if o.ServiceAccountName != nil {
-		spec.ServiceAccountName = *o.ServiceAccountName
+func patchPodSpec(spec *corev1.PodSpec, p *trainer.PodSpecPatch, path *field.Path, where string) error {
+	if p.ServiceAccountName != nil {
+		spec.ServiceAccountName = *p.ServiceAccountName
 	}
-	if o.NodeSelector != nil {
+	if p.NodeSelector != nil {
 		if spec.NodeSelector == nil {
 			spec.NodeSelector = map[string]string{}
 		}
-		maps.Copy(spec.NodeSelector, o.NodeSelector)
+		maps.Copy(spec.NodeSelector, p.NodeSelector)
 	}
-	if o.Affinity != nil {
-		spec.Affinity = o.Affinity
+	if p.Affinity != nil {
+		spec.Affinity = p.Affinity
 	}
-	spec.Tolerations = append(spec.Tolerations, o.Tolerations...)
-	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, o.Volumes...)
-	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, o.SchedulingGates...)
-	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, o.ImagePullSecrets...)
-	if err := overrideContainers(spec.InitContainers, o.InitContainers, path.Child("initContainers"), "init container", where); err != nil {
+	if p.SecurityContext != nil {
+		spec.SecurityContext = p.SecurityContext
+	}
+	spec.Tolerations = append(spec.Tolerations, p.Tolerations...)
+	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, p.Volumes...)
+	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, p.SchedulingGates...)
+	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, p.ImagePullSecrets...)
+	if err := patchContainers(spec.InitContainers, p.InitContainers, path.Child("initContainers"), "init container", where); err != nil {
 		return err
 	}
-	return overrideContainers(spec.Containers, o.Containers, path.Child("containers"), "container", where)
+	return patchContainers(spec.Containers, p.Containers, path.Child("containers"), "container", where)
 }
 
-func overrideContainers(containers []corev1.Container, overrides []trainer.ContainerOverride, path *field.Path, kind, where string) error {
-	for i, o := range overrides {
-		c := containerIndex(containers, o.Name)
+func patchContainers(containers []corev1.Container, patches []trainer.ContainerPatch, path *field.Path, kind, where string) error {
+	for i, p := range patches {
+		c := containerIndex(containers, p.Name)
 		if c < 0 {
-			return field.Invalid(path.Index(i).Child("name"), o.Name, fmt.Sprintf("%s has no %s of that name", where, kind))
+			return field.Invalid(path.Index(i).Child("name"), p.Name, fmt.Sprintf("%s has no %s of that name", where, kind))
 		}
-		containers[c].Env = upsert.Env(containers[c].Env, o.Env...)
-		containers[c].VolumeMounts = upsert.ByKey(containers[c].VolumeMounts, upsert.MountPath, o.VolumeMounts...)
+		containers[c].Env = upsert.Env(containers[c].Env, p.Env...)
+		containers[c].VolumeMounts = upsert.ByKey(containers[c].VolumeMounts, upsert.MountPath, p.VolumeMounts...)
+		if p.SecurityContext != nil {
+			containers[c].SecurityContext = p.SecurityContext
+		}
 	}
 	return nil
 }

@@ -37,16 +37,20 @@ func checkReservedEnv(b *framework.Build, fw framework.Framework) error {
 			return err
 		}
 	}
-	job, container := b.TrainerJob().Name, b.TrainerContainer().Name
-	for i, o := range b.TrainJob.Spec.PodSpecOverrides {
-		if len(o.TargetJobs) > 0 && !slices.Contains(o.TargetJobs, job) {
+	patches, err := podPatches(b)
+	if err != nil {
+		return err
+	}
+	container := b.TrainerContainer().Name
+	for _, p := range patches {
+		if !slices.Contains(p.jobs, b.TrainerJobIndex()) {
 			continue
 		}
-		for j, c := range o.Containers {
+		for j, c := range p.patch.Containers {
 			if c.Name != container {
 				continue
 			}
-			if err := check(c.Env, field.NewPath("spec", "podSpecOverrides").Index(i).Child("containers").Index(j).Child("env")); err != nil {
+			if err := check(c.Env, p.path.Child("containers").Index(j).Child("env")); err != nil {
 				return err
 			}
 		}

@@ -20,16 +20,18 @@ var trainerContainerNames = []string{"node", "trainer"}
 // applyTrainer finds the trainer job and container, applies spec.trainer to them, and sets the
 // trainer job's parallelism and completions to the number of nodes.
 func applyTrainer(b *framework.Build) error {
+	if err := checkAncestors(b); err != nil {
+		return err
+	}
 	jobs := ancestorJobs(b, trainer.AncestorTrainer)
 	label := trainer.AncestorStepLabel + "=" + trainer.AncestorTrainer
 	switch len(jobs) {
 	case 0:
 		return b.RuntimeError(field.Required(framework.RuntimeJobsPath,
-			fmt.Sprintf("the pod template of one replicated job must be labelled %s: that job runs the trainer", label)))
+			fmt.Sprintf("the Job template or pod template of one replicated job must be labelled %s: that job runs the trainer", label)))
 	case 1:
 	default:
-		return b.RuntimeError(field.Invalid(framework.RuntimeJobsPath.Index(jobs[1]).Child("template", "spec", "template", "metadata", "labels"),
-			label, "only one replicated job may run the trainer"))
+		return b.RuntimeError(field.Invalid(ancestorPath(b, jobs[1]), label, "only one replicated job may run the trainer"))
 	}
 	job := &b.JobSet.Spec.ReplicatedJobs[jobs[0]]
 	if job.Replicas > 1 {
@@ -73,12 +75,37 @@ func applyTrainer(b *framework.Build) error {
 	return nil
 }
 
-// ancestorJobs returns the indexes of the replicated jobs whose pod template is labelled as the
-// given part of the TrainJob.
+// checkAncestors refuses a replicated job whose Job template and pod template both carry the
+// ancestor label with different values: which part of the TrainJob it runs would be a guess.
+func checkAncestors(b *framework.Build) error {
+	for i, job := range b.JobSet.Spec.ReplicatedJobs {
+		onJob, jobOK := job.Template.Labels[trainer.AncestorStepLabel]
+		onPod, podOK := job.Template.Spec.Template.Labels[trainer.AncestorStepLabel]
+		if jobOK && podOK && onJob != onPod {
+			return b.RuntimeError(field.Invalid(
+				framework.RuntimeJobsPath.Index(i).Child("template", "spec", "template", "metadata", "labels").Key(trainer.AncestorStepLabel),
+				onPod, fmt.Sprintf("the Job template says %s=%s: the two labels must agree", trainer.AncestorStepLabel, onJob)))
+		}
+	}
+	return nil
+}
+
+// ancestorPath is where the runtime labels replicated job i with its ancestor step: its Job
+// template, else its pod template.
+func ancestorPath(b *framework.Build, i int) *field.Path {
+	job := framework.RuntimeJobsPath.Index(i).Child("template")
+	if _, ok := b.JobSet.Spec.ReplicatedJobs[i].Template.Labels[trainer.AncestorStepLabel]; !ok {
+		job = job.Child("spec", "template")
+	}
+	return job.Child("metadata", "labels")
+}
+
+// ancestorJobs returns the indexes of the replicated jobs labelled as the given part of the
+// TrainJob.
 func ancestorJobs(b *framework.Build, ancestor string) []int {
 	var jobs []int
-	for i, job := range b.JobSet.Spec.ReplicatedJobs {
-		if job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] == ancestor {
+	for i := range b.JobSet.Spec.ReplicatedJobs {
+		if trainer.Ancestor(&b.JobSet.Spec.ReplicatedJobs[i]) == ancestor {
 			jobs = append(jobs, i)
 		}
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,6 +61,24 @@ func setSuspended(tj *trainer.TrainJob, jobSetWasSuspended bool) {
 	case jobSetWasSuspended, apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended):
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed")
 	}
+}
+
+// timeLeft is how long a running TrainJob may still run under spec.activeDeadlineSeconds, counted
+// from when it last started running: its last resume (a Suspended condition that is False), else
+// its creation. A TrainJob resumed a moment ago, whose Suspended condition is still True, starts
+// its clock now. ok is false when the TrainJob has no deadline or is suspended.
+func timeLeft(tj *trainer.TrainJob, now time.Time) (left time.Duration, ok bool) {
+	if tj.Spec.ActiveDeadlineSeconds == nil || ptr.Deref(tj.Spec.Suspend, false) {
+		return 0, false
+	}
+	start := tj.CreationTimestamp.Time
+	if c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended); c != nil {
+		start = now
+		if c.Status == metav1.ConditionFalse {
+			start = c.LastTransitionTime.Time
+		}
+	}
+	return start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second).Sub(now), true
 }
 
 // setJobSetStatus mirrors the JobSet's replicated jobs into status.jobsStatus and its terminal

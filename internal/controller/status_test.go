@@ -3,12 +3,14 @@ package controller
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -204,6 +206,40 @@ func TestRecordTransitions(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTimeLeft(t *testing.T) {
+	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	now := created.Add(50 * time.Second)
+	resumed := func(at time.Time) metav1.Condition {
+		return metav1.Condition{Type: trainer.TrainJobSuspended, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(at)}
+	}
+	cases := map[string]struct {
+		deadline   *int64
+		suspend    bool
+		conditions []metav1.Condition
+		want       time.Duration
+		wantOK     bool
+	}{
+		"no deadline":                      {},
+		"suspended: the clock is stopped":  {deadline: ptr.To[int64](60), suspend: true},
+		"never suspended: from creation":   {deadline: ptr.To[int64](60), want: 10 * time.Second, wantOK: true},
+		"past the deadline: negative":      {deadline: ptr.To[int64](30), want: -20 * time.Second, wantOK: true},
+		"resumed: from the resume":         {deadline: ptr.To[int64](30), conditions: []metav1.Condition{resumed(now.Add(-5 * time.Second))}, want: 25 * time.Second, wantOK: true},
+		"resuming now: the clock restarts": {deadline: ptr.To[int64](30), conditions: []metav1.Condition{{Type: trainer.TrainJobSuspended, Status: metav1.ConditionTrue}}, want: 30 * time.Second, wantOK: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tj := utiltesting.MakeTrainJob("tj", "ns").Suspend(tc.suspend).Obj()
+			tj.CreationTimestamp = metav1.NewTime(created)
+			tj.Spec.ActiveDeadlineSeconds = tc.deadline
+			tj.Status.Conditions = tc.conditions
+			left, ok := timeLeft(tj, now)
+			if left != tc.want || ok != tc.wantOK {
+				t.Errorf("timeLeft = %v, %t; want %v, %t", left, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

@@ -62,6 +62,9 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj)
+	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
+		result.RequeueAfter = left // Check the deadline when it passes.
+	}
 	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
 		return result, err
 	}
@@ -93,7 +96,20 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 
 	jobSetWasSuspended := js != nil && ptr.Deref(js.Spec.Suspend, false)
 
-	// 2. Resolve the runtime. Without a JobSet, a runtime missing from the TrainJob's creation to
+	// 2. Stop a TrainJob that ran past its deadline: its JobSet first, so that a TrainJob is
+	// never Failed (and so final) with its pods still running.
+	if left, ok := timeLeft(tj, time.Now()); ok && left <= 0 && (js == nil || js.Status.TerminalState == "") {
+		if js != nil {
+			if err := r.setJobSetSuspend(ctx, js, true); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason,
+			fmt.Sprintf("TrainJob ran longer than its spec.activeDeadlineSeconds (%ds): its pods are stopped", *tj.Spec.ActiveDeadlineSeconds))
+		return ctrl.Result{}, nil
+	}
+
+	// 3. Resolve the runtime. Without a JobSet, a runtime missing from the TrainJob's creation to
 	// the end of the grace period fails the TrainJob. With one, the runtime was deleted while in
 	// use: runtimes are blueprints, so the TrainJob goes on as it was built, and can still be
 	// suspended and resumed.
@@ -122,7 +138,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, nil
 	}
 
-	// 3. Write the JobSet. It is built when it is first created, and built again only when the
+	// 4. Write the JobSet. It is built when it is first created, and built again only when the
 	// TrainJob changed while suspended: a runtime's change alone never reaches it. Otherwise only
 	// its suspend flag follows the TrainJob's. A JobSet whose pods may start waits for its gang's
 	// PodGroup, built from the same spec.
@@ -164,22 +180,35 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		}
 		log.V(2).Info("Applied JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
 	case ptr.Deref(js.Spec.Suspend, false) != suspend:
-		patch := client.MergeFrom(js.DeepCopy())
-		js.Spec.Suspend = ptr.To(suspend)
-		if err := r.client.Patch(ctx, js, patch, client.FieldOwner(fieldManager(r.framework))); err != nil {
-			return ctrl.Result{}, fmt.Errorf("setting suspend of JobSet %s to %t: %w", klog.KObj(js), suspend, err)
+		if err := r.setJobSetSuspend(ctx, js, suspend); err != nil {
+			return ctrl.Result{}, err
 		}
-		log.V(2).Info("Set JobSet suspend", "jobSet", klog.KObj(js), "suspend", suspend)
 	}
 	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
 		fmt.Sprintf("JobSet %q is created", tj.Name))
 
-	// 4. Report suspension and the JobSet's progress.
+	// 5. Report suspension and the JobSet's progress.
 	setSuspended(tj, jobSetWasSuspended)
 	if js != nil {
 		setJobSetStatus(tj, &js.Status)
 	}
 	return ctrl.Result{}, nil
+}
+
+// setJobSetSuspend sets the JobSet's spec.suspend, and nothing else of it. A merge patch, not an
+// apply: an apply by the operator's field manager that held only spec.suspend would remove every
+// other field the operator applied.
+func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1alpha2.JobSet, suspend bool) error {
+	if ptr.Deref(js.Spec.Suspend, false) == suspend {
+		return nil
+	}
+	patch := client.MergeFrom(js.DeepCopy())
+	js.Spec.Suspend = ptr.To(suspend)
+	if err := r.client.Patch(ctx, js, patch, client.FieldOwner(fieldManager(r.framework))); err != nil {
+		return fmt.Errorf("setting suspend of JobSet %s to %t: %w", klog.KObj(js), suspend, err)
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Set JobSet suspend", "jobSet", klog.KObj(js), "suspend", suspend)
+	return nil
 }
 
 // jobSet reads the TrainJob's JobSet, or nil when there is none. The cache may not have seen a

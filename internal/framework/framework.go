@@ -73,6 +73,9 @@ func (b *Build) TrainerJob() *jobsetv1alpha2.ReplicatedJob {
 	return &b.JobSet.Spec.ReplicatedJobs[b.trainerJob]
 }
 
+// TrainerJobIndex is the index of the trainer job in the JobSet's replicated jobs.
+func (b *Build) TrainerJobIndex() int { return b.trainerJob }
+
 // TrainerContainer is the trainer container of the trainer job's pod template: the one named
 // "node", else the one named "trainer".
 func (b *Build) TrainerContainer() *corev1.Container {

@@ -126,7 +126,7 @@ func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
 func members(js *jobsetv1alpha2.JobSet) map[string]bool {
 	m := map[string]bool{}
 	for _, job := range js.Spec.ReplicatedJobs {
-		switch job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] {
+		switch trainer.Ancestor(&job) {
 		case trainer.AncestorDatasetInitializer, trainer.AncestorModelInitializer:
 			continue
 		}

@@ -43,7 +43,7 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 	w.Spec.Suspend = ptr.To(false)
 	for i := range w.Spec.ReplicatedJobs {
 		job := &w.Spec.ReplicatedJobs[i]
-		if job.Template.Spec.Template.Labels[trainer.AncestorStepLabel] == trainer.AncestorTrainer {
+		if trainer.Ancestor(job) == trainer.AncestorTrainer {
 			job.Template.Spec.Parallelism = ptr.To[int32](1)
 			job.Template.Spec.Completions = ptr.To[int32](1)
 		}

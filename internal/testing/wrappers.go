@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -49,7 +50,7 @@ func (w *TrainJobWrapper) NumNodes(n int32) *TrainJobWrapper {
 }
 
 // NumProcPerNode sets spec.trainer.numProcPerNode.
-func (w *TrainJobWrapper) NumProcPerNode(n string) *TrainJobWrapper {
+func (w *TrainJobWrapper) NumProcPerNode(n intstr.IntOrString) *TrainJobWrapper {
 	w.trainer().NumProcPerNode = &n
 	return w
 }
@@ -64,6 +65,27 @@ func (w *TrainJobWrapper) Initializer(i *trainer.Initializer) *TrainJobWrapper {
 func (w *TrainJobWrapper) PodSpecOverrides(o ...trainer.PodSpecOverride) *TrainJobWrapper {
 	w.Spec.PodSpecOverrides = o
 	return w
+}
+
+// RuntimePatches sets spec.runtimePatches.
+func (w *TrainJobWrapper) RuntimePatches(p ...trainer.RuntimePatch) *TrainJobWrapper {
+	w.Spec.RuntimePatches = p
+	return w
+}
+
+// JobPatch is a runtime patch by manager of the replicated jobs' pod templates: their metadata
+// and spec.
+func JobPatch(manager string, jobs ...trainer.ReplicatedJobPatch) trainer.RuntimePatch {
+	return trainer.RuntimePatch{Manager: manager, TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
+		Template: &trainer.JobSetTemplatePatch{Spec: &trainer.JobSetSpecPatch{ReplicatedJobs: jobs}},
+	}}
+}
+
+// PodPatch patches the pod template of the replicated job name.
+func PodPatch(name string, meta *trainer.MetadataPatch, spec *trainer.PodSpecPatch) trainer.ReplicatedJobPatch {
+	return trainer.ReplicatedJobPatch{Name: name, Template: &trainer.JobTemplatePatch{
+		Spec: &trainer.JobSpecPatch{Template: &trainer.PodTemplatePatch{Metadata: meta, Spec: spec}},
+	}}
 }
 
 // Suspend sets spec.suspend.

@@ -114,7 +114,7 @@ func addNode(t *testing.T, name, pool, cpu string) {
 // inPool keeps a TrainJob's pods on the nodes of a pool, and keeps them running for an hour.
 func inPool(pool string) func(*utiltesting.TrainJobWrapper) {
 	return func(w *utiltesting.TrainJobWrapper) {
-		w.NumNodes(3).PodSpecOverrides(trainer.PodSpecOverride{NodeSelector: map[string]string{"pool": pool}})
+		w.NumNodes(3).PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"pool": pool}}})
 		w.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
 	}
 }

@@ -47,10 +47,7 @@ func TestEditsWhileSuspendedReachThePods(t *testing.T) {
 		tj.Spec.Trainer.NumNodes = ptr.To[int32](2)
 		tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "EPOCHS", Value: "3"}}
 		tj.Spec.Labels = map[string]string{"team": "vision"}
-		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{
-			NodeSelector: map[string]string{testenv.NodeLabel: "kwok"},
-			Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
-		}}
+		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{testenv.NodeLabel: "kwok"}, Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}}}}
 	}))
 	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) }))
 

@@ -126,9 +126,9 @@ func nodeJobAndContainer(b *framework.Build) (*jobsetv1alpha2.ReplicatedJob, *co
 // "gpu" are torchrun's.
 func numProcPerNode(b *framework.Build, policy *trainer.MPIMLPolicySource) (int32, error) {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
-		n, err := strconv.ParseInt(*t.NumProcPerNode, 10, 32)
+		n, err := strconv.ParseInt(t.NumProcPerNode.String(), 10, 32)
 		if err != nil || n < 1 {
-			return 0, field.Invalid(framework.TrainerPath.Child("numProcPerNode"), *t.NumProcPerNode,
+			return 0, field.Invalid(framework.TrainerPath.Child("numProcPerNode"), t.NumProcPerNode.String(),
 				"MPI needs a positive integer: the slots per node")
 		}
 		return int32(n), nil

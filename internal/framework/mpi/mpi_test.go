@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -55,8 +56,8 @@ func wantJobSet(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec, nodePods i
 	sshVolume := corev1.Volume{Name: "mpi-ssh-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName: "mnist-mpi-ssh-auth",
 		Items: []corev1.KeyToPath{
-			{Key: "ssh-privatekey", Path: "id_ed25519", Mode: ptr.To(keyMode)},
-			{Key: "ssh-publickey", Path: "id_ed25519.pub", Mode: ptr.To[int32](0o644)},
+			{Key: "ssh-privatekey", Path: "id_rsa", Mode: ptr.To(keyMode)},
+			{Key: "ssh-publickey", Path: "id_rsa.pub", Mode: ptr.To[int32](0o644)},
 			{Key: "authorized_keys", Path: "authorized_keys", Mode: ptr.To[int32](0o644)},
 		},
 		DefaultMode: ptr.To(keyMode),
@@ -151,7 +152,7 @@ func TestMPI(t *testing.T) {
 		},
 		"the TrainJob's numProcPerNode overrides the runtime's slots": {
 			runtime:  mpiRuntime(2, openMPI(4)).Obj(),
-			trainJob: trainJob().NumProcPerNode("8").Obj(),
+			trainJob: trainJob().NumProcPerNode(intstr.FromInt32(8)).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return wantJobSet(tj, rt, 2, "/root/.ssh", "OMPI_MCA_orte_default_hostfile").Obj()
 			},
@@ -225,12 +226,12 @@ func TestMPI(t *testing.T) {
 		},
 		"numProcPerNode auto is torchrun's, not a number of MPI slots": {
 			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
-			trainJob: trainJob().NumProcPerNode("auto").Obj(),
+			trainJob: trainJob().NumProcPerNode(intstr.FromString("auto")).Obj(),
 			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "auto": MPI needs a positive integer: the slots per node`,
 		},
 		"numProcPerNode 0 is no slots": {
 			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
-			trainJob: trainJob().NumProcPerNode("0").Obj(),
+			trainJob: trainJob().NumProcPerNode(intstr.FromInt32(0)).Obj(),
 			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "0": MPI needs a positive integer: the slots per node`,
 		},
 		"runLauncherAsNode on one node leaves no node pod": {
@@ -278,12 +279,9 @@ func TestMPI(t *testing.T) {
 			wantErr:  "spec.trainer.env[1].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
 		},
 		"an override that sets the Intel hostfile variable on the launcher cannot be built": {
-			runtime: mpiRuntime(1, openMPI(1)).Obj(),
-			trainJob: trainJob().PodSpecOverrides(trainer.PodSpecOverride{
-				TargetJobs: []string{"launcher"},
-				Containers: []trainer.ContainerOverride{{Name: "node", Env: []corev1.EnvVar{{Name: "I_MPI_HYDRA_HOST_FILE", Value: "/mine"}}}},
-			}).Obj(),
-			wantErr: "spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: I_MPI_HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
+			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
+			trainJob: trainJob().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"launcher"}, PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: []corev1.EnvVar{{Name: "I_MPI_HYDRA_HOST_FILE", Value: "/mine"}}}}}}).Obj(),
+			wantErr:  "spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: I_MPI_HYDRA_HOST_FILE is set by the mpi framework and may not be set by hand",
 		},
 		"a runtime whose launcher sets the hostfile variable cannot be built": {
 			runtime: func() trainer.TrainingRuntimeSpec {

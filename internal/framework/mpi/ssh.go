@@ -28,9 +28,12 @@ const (
 	// every pod accepts the launcher, and the nodes each other.
 	AuthorizedKeysKey = "authorized_keys"
 
-	// Files in sshAuthMountPath: where ssh and sshd look for them by default.
-	PrivateKeyFile     = "id_ed25519"
-	PublicKeyFile      = "id_ed25519.pub"
+	// Files in sshAuthMountPath, named as mpi-operator names them and as the MPI images' sshd
+	// configuration expects (HostKey <path>/id_rsa, AuthorizedKeysFile <path>/authorized_keys):
+	// one key pair is every pod's host key and every pod's client key. ssh and sshd read the
+	// key's type from the file, not its name, so an ed25519 key may be id_rsa.
+	PrivateKeyFile     = "id_rsa"
+	PublicKeyFile      = "id_rsa.pub"
 	AuthorizedKeysFile = "authorized_keys"
 )
 

@@ -103,12 +103,15 @@ func applyElastic(b *framework.Build, elastic *trainer.TorchElasticPolicy, maste
 // trainer container's GPU count, "cpu" its CPU limit (else request) rounded down and at least 1,
 // and "auto" is "gpu" when the container has GPUs, else "cpu".
 func numProcPerNode(b *framework.Build, policy *trainer.TorchMLPolicySource) (string, error) {
-	value := ptr.Deref(policy.NumProcPerNode, "auto")
+	value := "auto"
+	if policy.NumProcPerNode != nil {
+		value = policy.NumProcPerNode.String()
+	}
 	invalid := func(detail string) error {
 		return b.RuntimeError(field.Invalid(framework.MLPolicyPath.Child("torch", "numProcPerNode"), value, detail))
 	}
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
-		value = *t.NumProcPerNode
+		value = t.NumProcPerNode.String()
 		invalid = func(detail string) error {
 			return field.Invalid(framework.TrainerPath.Child("numProcPerNode"), value, detail)
 		}

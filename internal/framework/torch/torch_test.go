@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -52,7 +53,7 @@ func TestTorch(t *testing.T) {
 		wantErr string
 	}{
 		"two GPU nodes: rendezvous on the first, one process per GPU, port 29400, Indexed ranks": {
-			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("auto")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("auto"))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("", "4")}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).NumNodes("node", 2).
@@ -68,7 +69,7 @@ func TestTorch(t *testing.T) {
 		},
 		"the master's address is in the runtime's subdomain when it names one": {
 			runtime: func() trainer.TrainingRuntimeSpec {
-				rt := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).Obj()
+				rt := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(1))}).Obj()
 				rt.Template.Spec.Network = &jobsetv1alpha2.Network{Subdomain: "training"}
 				return rt
 			}(),
@@ -86,7 +87,7 @@ func TestTorch(t *testing.T) {
 		},
 		"cpu from the request when there is no limit": {
 			runtime: func() trainer.TrainingRuntimeSpec {
-				rt := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("cpu")}).Obj()
+				rt := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("cpu"))}).Obj()
 				rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Resources.Requests =
 					corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("6")}
 				return rt
@@ -95,45 +96,45 @@ func TestTorch(t *testing.T) {
 			wantEnv:  static("1", "6"),
 		},
 		"cpu below one whole CPU is still one process": {
-			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("cpu")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("cpu"))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("500m", "")}).Obj(),
 			wantEnv:  static("1", "1"),
 		},
 		"cpu without any CPU resources is one process": {
-			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("cpu")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("cpu"))}).Obj(),
 			trainJob: tj().Obj(),
 			wantEnv:  static("1", "1"),
 		},
 		"gpu counts every resource ending in gpu": {
-			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")}).Obj(),
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{
 				"amd.com/gpu": resource.MustParse("2"), corev1.ResourceCPU: resource.MustParse("16"),
 			}}}).Obj(),
 			wantEnv: static("1", "2"),
 		},
 		"gpu on a node without GPUs cannot be built": {
-			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("8", "")}).Obj(),
 			wantErr:  `TrainingRuntime "torch": spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`,
 		},
 		"an explicit number is used as is, even with GPUs": {
-			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("3")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(3))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("", "8")}).Obj(),
 			wantEnv:  static("1", "3"),
 		},
 		"the TrainJob's numProcPerNode and numNodes override the runtime's": {
-			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("3")}).Obj(),
-			trainJob: tj().NumNodes(8).NumProcPerNode("gpu").Trainer(&trainer.Trainer{NumNodes: ptr.To[int32](8), NumProcPerNode: ptr.To("gpu"), ResourcesPerNode: resources("", "2")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(3))}).Obj(),
+			trainJob: tj().NumNodes(8).NumProcPerNode(intstr.FromString("gpu")).Trainer(&trainer.Trainer{NumNodes: ptr.To[int32](8), NumProcPerNode: ptr.To(intstr.FromString("gpu")), ResourcesPerNode: resources("", "2")}).Obj(),
 			wantEnv:  static("8", "2"),
 		},
 		"a TrainJob's invalid numProcPerNode names the TrainJob's field": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
-			trainJob: tj().NumProcPerNode("0").Obj(),
+			trainJob: tj().NumProcPerNode(intstr.FromInt32(0)).Obj(),
 			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "0": must be auto, cpu, gpu or a positive integer`,
 		},
 		"elastic runs maxNodes pods with a c10d rendezvous and the JobSet restarts as torchrun does": {
 			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
-				NumProcPerNode: ptr.To("2"),
+				NumProcPerNode: ptr.To(intstr.FromInt32(2)),
 				ElasticPolicy:  &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](5), MaxRestarts: ptr.To[int32](3)},
 			}).Obj(),
 			trainJob: tj().Obj(),
@@ -162,7 +163,7 @@ func TestTorch(t *testing.T) {
 		},
 		"elastic without maxNodes runs minNodes pods and sets no restarts": {
 			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
-				NumProcPerNode: ptr.To("1"),
+				NumProcPerNode: ptr.To(intstr.FromInt32(1)),
 				ElasticPolicy:  &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](3)},
 			}).Obj(),
 			trainJob: tj().Obj(),
@@ -186,7 +187,7 @@ func TestTorch(t *testing.T) {
 		},
 		"addresses use the trainer job's own name": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("worker", trainer.AncestorTrainer, "trainer")).
-				Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).Obj(),
+				Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(1))}).Obj(),
 			trainJob: tj().Obj(),
 			wantEnv: []corev1.EnvVar{
 				rankEnv,
@@ -197,7 +198,7 @@ func TestTorch(t *testing.T) {
 			},
 		},
 		"the TrainJob's own env is kept beside torchrun's": {
-			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).Obj(),
+			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(1))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}}}).Obj(),
 			wantEnv:  append([]corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}}, static("1", "1")...),
 		},

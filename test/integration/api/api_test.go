@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,7 +48,7 @@ func TestRuntimeDefaults(t *testing.T) {
 		"torch numProcPerNode defaults to auto": {
 			spec: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj(),
 			want: func(s *trainer.TrainingRuntimeSpec) any { return s.MLPolicy.Torch },
-			exp:  &trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("auto")},
+			exp:  &trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("auto"))},
 		},
 		"mpi defaults to one OpenMPI slot per node, keys in /root/.ssh, launcher not a node": {
 			spec: utiltesting.MakeRuntimeSpec().MPI(&trainer.MPIMLPolicySource{}).Obj(),
@@ -163,12 +164,12 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		},
 		{
 			name: "numProcPerNode that is a word",
-			obj:  tj("bad-procs").NumProcPerNode("many").Obj(),
+			obj:  tj("bad-procs").NumProcPerNode(intstr.FromString("many")).Obj(),
 			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be auto, cpu, gpu or a positive integer"},
 		},
 		{
 			name: "numProcPerNode of zero",
-			obj:  tj("zero-procs").NumProcPerNode("0").Obj(),
+			obj:  tj("zero-procs").NumProcPerNode(intstr.FromInt32(0)).Obj(),
 			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be auto, cpu, gpu or a positive integer"},
 		},
 		{
@@ -187,9 +188,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		},
 		{
 			name: "container override without a name",
-			obj: tj("bad-override").PodSpecOverrides(trainer.PodSpecOverride{
-				Containers: []trainer.ContainerOverride{{Name: ""}},
-			}).Obj(),
+			obj:  tj("bad-override").PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: ""}}}}).Obj(),
 			want: []string{"spec.podSpecOverrides[0].containers[0].name", "at least 1 chars long"},
 		},
 		{
@@ -219,7 +218,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		},
 		{
 			name: "torch numProcPerNode that is negative",
-			obj:  rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("-1")})),
+			obj:  rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(-1))})),
 			want: []string{"spec.mlPolicy.torch.numProcPerNode", "numProcPerNode must be auto, cpu, gpu or a positive integer"},
 		},
 		{

@@ -10,6 +10,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -140,7 +141,7 @@ func TestReservedEnvIsABuildFailure(t *testing.T) {
 func TestMPIRuntime(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
-	tj := utiltesting.MakeTrainJob("pi", ns).NumNodes(2).NumProcPerNode("2").Suspend(true).Obj()
+	tj := utiltesting.MakeTrainJob("pi", ns).NumNodes(2).NumProcPerNode(intstr.FromString("2")).Suspend(true).Obj()
 	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"}
 	require.NoError(t, k8sClient.Create(ctx, tj))
 

@@ -12,6 +12,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -29,7 +30,7 @@ func gangRuntime(t *testing.T, ns string, policy trainer.PodGroupPolicySource) {
 	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
 	node.Template.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).NumNodes(2).
-		Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("1")}).PodGroupPolicy(policy).Obj()
+		Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(1))}).PodGroupPolicy(policy).Obj()
 	require.NoError(t, k8sClient.Create(context.Background(), utiltesting.TrainingRuntime("gang", ns, spec)))
 }
 

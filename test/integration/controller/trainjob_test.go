@@ -166,7 +166,7 @@ func TestSuspendEditResume(t *testing.T) {
 
 	// While suspended, Kueue adds a node selector and more nodes; they reach the JobSet.
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
-		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{NodeSelector: map[string]string{"flavor": "a100"}}}
+		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"flavor": "a100"}}}}
 		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)}
 	})
 	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
@@ -342,7 +342,7 @@ func TestBuildFailureIsReportedAndRecoversWhenTheRuntimeIsFixed(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
 	})
 	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
-		`TrainingRuntime "broken": spec.template.spec.replicatedJobs: Required value: the pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer`)
+		`TrainingRuntime "broken": spec.template.spec.replicatedJobs: Required value: the Job template or pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer`)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, eventReasons(t, got), "Warning/"+trainer.TrainJobJobsBuildFailedReason)
 	}, timeout, interval)

@@ -16,7 +16,7 @@ import (
 
 func TestUpdates(t *testing.T) {
 	nodeSelector := func(tj *trainer.TrainJob) {
-		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{NodeSelector: map[string]string{"flavor": "a100"}}}
+		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"flavor": "a100"}}}}
 	}
 	cases := map[string]struct {
 		suspended bool
@@ -113,7 +113,7 @@ func TestSuspendingIsNeverRefusedForTheBuild(t *testing.T) {
 	rt := utiltesting.TrainingRuntime("sidecar", ns, utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).Obj())
 	require.NoError(t, k8sClient.Create(ctx, rt))
 	tj := utiltesting.MakeTrainJob("uses-proxy", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).
-		PodSpecOverrides(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "proxy", Env: env("MODE", "fast")}}}).Obj()
+		PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "proxy", Env: env("MODE", "fast")}}}}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(rt), rt))

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,29 +94,28 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"node", "worker"}})
 		}), []string{`spec.podSpecOverrides[0].targetJobs[1]: Invalid value: "worker"`}},
 		{"override of a container the job lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
-			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "sidecar"}}})
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "sidecar"}}}})
 		}), []string{`spec.podSpecOverrides[0].containers[0].name: Invalid value: "sidecar"`, `replicated job "node" of ClusterTrainingRuntime "torch-distributed" has no container of that name`}},
 		{"override of an init container the job lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
-			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{InitContainers: []trainer.ContainerOverride{{Name: "fetch"}}})
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{InitContainers: []trainer.ContainerPatch{{Name: "fetch"}}}})
 		}), []string{`spec.podSpecOverrides[0].initContainers[0].name: Invalid value: "fetch"`, "has no init container of that name"}},
 		{"torch env set by hand", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("EPOCHS", "3", "PET_NNODES", "8")}
 		}), []string{"spec.trainer.env[1].name: Forbidden: PET_NNODES is set by the torch framework and may not be set by hand"}},
 		{"torch env set by an override of the trainer container", tjWith("torch-distributed", func(o *trainer.TrainJob) {
-			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "node", Env: env("PET_MASTER_ADDR", "x")}}})
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("PET_MASTER_ADDR", "x")}}}})
 		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: PET_MASTER_ADDR is set by the torch framework"}},
 		{"xgboost env set by hand", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("DMLC_NUM_WORKER", "2")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: DMLC_NUM_WORKER is set by the xgboost framework"}},
 		{"xgboost env set by an override", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
-			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"node"},
-				Containers: []trainer.ContainerOverride{{Name: "node", Env: env("DMLC_TASK_ID", "0")}}})
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("DMLC_TASK_ID", "0")}}}})
 		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: DMLC_TASK_ID is set by the xgboost framework"}},
 		{"jax env set by hand", tjWith("jax-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("JAX_PROCESS_ID", "0")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: JAX_PROCESS_ID is set by the jax framework"}},
 		{"jax env set by an override", tjWith("jax-distributed", func(o *trainer.TrainJob) {
-			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{Containers: []trainer.ContainerOverride{{Name: "node", Env: env("JAX_COORDINATOR_ADDRESS", "x")}}})
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("JAX_COORDINATOR_ADDRESS", "x")}}}})
 		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: JAX_COORDINATOR_ADDRESS is set by the jax framework"}},
 		{"OpenMPI hostfile variable set by hand", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("OMPI_MCA_orte_default_hostfile", "/tmp/hosts")}
@@ -130,16 +130,16 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			o.Spec.Initializer = &trainer.Initializer{Model: &trainer.ModelInitializer{StorageUri: ptr.To("hf://m")}}
 		}), []string{`spec.initializer.model: Forbidden: ClusterTrainingRuntime "jax-distributed" has no model-initializer`}},
 		{"gpu processes on nodes without GPUs", tjWith("torch-distributed", func(o *trainer.TrainJob) {
-			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("gpu"), ResourcesPerNode: noGPUs}
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromString("gpu")), ResourcesPerNode: noGPUs}
 		}), []string{`spec.trainer.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`}},
 		{"auto MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
-			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("auto")}
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromString("auto"))}
 		}), []string{`spec.trainer.numProcPerNode: Invalid value: "auto": MPI needs a positive integer`}},
 		{"cpu MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
-			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("cpu")}
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromString("cpu"))}
 		}), []string{`spec.trainer.numProcPerNode: Invalid value: "cpu": MPI needs a positive integer`}},
 		{"gpu MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
-			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To("gpu")}
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}
 		}), []string{`spec.trainer.numProcPerNode: Invalid value: "gpu": MPI needs a positive integer`}},
 		{"numNodes for an elastic runtime", func() client.Object {
 			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").NumNodes(2).Obj()
@@ -164,7 +164,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 
 		// Runtimes no TrainJob could be built from: rejected by the runtime webhooks.
 		{"a runtime without a trainer job", rt("r1", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
-			[]string{"spec.template.spec.replicatedJobs: Required value: the pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer"}},
+			[]string{"spec.template.spec.replicatedJobs: Required value: the Job template or pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer"}},
 		{"a runtime with two trainer jobs", rt("r2", utiltesting.MakeRuntimeSpec().ReplicatedJobs(node, utiltesting.ReplicatedJob("extra", trainer.AncestorTrainer, "node"))),
 			[]string{`spec.template.spec.replicatedJobs[1].template.spec.template.metadata.labels: Invalid value: "trainer.kubeflow.org/trainjob-ancestor-step=trainer": only one replicated job may run the trainer`}},
 		{"a trainer job without a trainer container", rt("r3", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "main"))),
@@ -185,7 +185,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework"}},
 		{"an MPI launcher as a node with one node", rt("r11", utiltesting.MakeRuntimeSpec().ReplicatedJobs(mpiJobs("launcher", "node")...).NumNodes(1).MPI(&trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)})),
 			[]string{"spec.mlPolicy.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode"}},
-		{"gpu processes in a runtime without GPUs", rt("r12", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To("gpu")})),
+		{"gpu processes in a runtime without GPUs", rt("r12", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))})),
 			[]string{`spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`}},
 		{"a cluster runtime without a trainer job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
 			[]string{`ClusterTrainingRuntime.trainer.kubeflow.org "bad-` + ns + `" is invalid: spec.template.spec.replicatedJobs: Required value`}},
