@@ -13,6 +13,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -114,9 +115,10 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 	if !controller.Managed(tj) {
 		return nil, nil // Another controller runs it, against a runtime there.
 	}
+	warnings := kueueWarnings(tj)
 	rt, err := trainingruntime.Resolve(ctx, w.client, tj)
 	if errors.Is(err, trainingruntime.ErrNotFound) {
-		return admission.Warnings{fmt.Sprintf("spec.runtimeRef: %v: the TrainJob fails unless it is created within seconds", err)}, nil
+		return append(warnings, fmt.Sprintf("spec.runtimeRef: %v: the TrainJob fails unless it is created within seconds", err)), nil
 	}
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -130,7 +132,36 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 		}
 		return nil, invalid("TrainJob", tj.Name, err)
 	}
-	return nil, nil
+	return warnings, nil
+}
+
+// KueueQueueLabel names the Kueue LocalQueue a TrainJob is queued in.
+const KueueQueueLabel = "kueue.x-k8s.io/queue-name"
+
+// kueueWarnings warns about what a TrainJob queued by Kueue would lose or break. Kueue reads and
+// updates TrainJobs with upstream Kubeflow Trainer's Go types: its updates drop the fields those
+// types lack, and it cannot read numProcPerNode as a string.
+func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
+	if _, queued := tj.Labels[KueueQueueLabel]; !queued {
+		return nil
+	}
+	var warnings admission.Warnings
+	drop := func(path string) {
+		warnings = append(warnings, fmt.Sprintf("%s: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches", path))
+	}
+	if len(tj.Spec.PodSpecOverrides) > 0 {
+		drop("spec.podSpecOverrides")
+	}
+	if len(tj.Spec.Labels) > 0 {
+		drop("spec.labels")
+	}
+	if len(tj.Spec.Annotations) > 0 {
+		drop("spec.annotations")
+	}
+	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil && t.NumProcPerNode.Type == intstr.String {
+		warnings = append(warnings, fmt.Sprintf("spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read %q: write a number", t.NumProcPerNode.StrVal))
+	}
+	return warnings
 }
 
 // running reports whether a TrainJob's JobSet may have pods: it is not suspended.

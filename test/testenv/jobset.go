@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -12,11 +13,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// jobSetWebhooks returns JobSet's own webhook configurations, as its release installs them
-// (kustomize of its config/components/webhook, from the module cache), renamed so that they do
-// not collide with the operator's, which controller-gen names the same.
+// jobSetWebhooks returns JobSet's own webhook configurations, as its release installs them.
 func jobSetWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
-	dir, err := moduleDir(jobSetCRD.module)
+	return moduleWebhooks(jobSetCRD, "jobset-", nil)
+}
+
+// moduleWebhooks returns the webhook configurations a controller's release installs (kustomize of
+// its config/components/webhook, from the module cache of the module crd names), renamed with a
+// prefix so that they do not collide with the operator's, which controller-gen names the same.
+// keep, when set, says which of their webhooks to keep.
+func moduleWebhooks(of crd, prefix string, keep func(admissionv1.RuleWithOperations) bool) ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
+	dir, err := moduleDirIn(of.in, of.module)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -41,14 +48,49 @@ func jobSetWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admission
 			continue // The Service: webhooks are reached by URL here.
 		}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, into); err != nil {
-			return nil, nil, fmt.Errorf("reading JobSet's %s: %w", obj.GetKind(), err)
+			return nil, nil, fmt.Errorf("reading %s's %s: %w", of.module, obj.GetKind(), err)
 		}
-		into.SetName("jobset-" + obj.GetName())
+		into.SetName(prefix + obj.GetName())
+	}
+	if keep != nil {
+		for _, m := range mutating {
+			m.Webhooks = slices.DeleteFunc(m.Webhooks, func(w admissionv1.MutatingWebhook) bool { return !slices.ContainsFunc(w.Rules, keep) })
+		}
+		for _, v := range validating {
+			v.Webhooks = slices.DeleteFunc(v.Webhooks, func(w admissionv1.ValidatingWebhook) bool { return !slices.ContainsFunc(w.Rules, keep) })
+		}
 	}
 	if len(mutating) == 0 || len(validating) == 0 {
-		return nil, nil, fmt.Errorf("no webhook configurations in JobSet's %s", dir)
+		return nil, nil, fmt.Errorf("no webhook configurations in %s's %s", of.module, dir)
 	}
 	return mutating, validating, nil
+}
+
+// serveWebhooks installs webhook configurations pointed at a server on loopback with a
+// certificate envtest makes, runs the program that serves them (start gets the serving options),
+// and waits until it serves.
+func (c *Cluster) serveWebhooks(name string, mutating []*admissionv1.MutatingWebhookConfiguration, validating []*admissionv1.ValidatingWebhookConfiguration,
+	start func(envtest.WebhookInstallOptions) error) error {
+	hooks := envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"}
+	for _, m := range mutating {
+		hooks.MutatingWebhooks = append(hooks.MutatingWebhooks, m)
+	}
+	for _, v := range validating {
+		hooks.ValidatingWebhooks = append(hooks.ValidatingWebhooks, v)
+	}
+	if err := hooks.PrepWithoutInstalling(); err != nil {
+		return fmt.Errorf("preparing %s's webhooks: %w", name, err)
+	}
+	c.cleanup = append(c.cleanup, func() { _ = hooks.Cleanup() })
+	if err := start(hooks); err != nil {
+		return err
+	}
+	if err := hooks.Install(c.Env.Config); err != nil {
+		return fmt.Errorf("installing %s's webhooks: %w", name, err)
+	}
+	return c.waitFor(name+"'s webhook server", func() bool {
+		return ServesTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort)))
+	})
 }
 
 // jobSetConfig is the configuration file of the JobSet controller: no leader election, no
@@ -71,36 +113,18 @@ webhook:
 `
 }
 
-// startJobSet installs JobSet's webhook configurations, pointed at a server on loopback with a
-// certificate envtest makes, and starts the JobSet controller serving them there.
+// startJobSet starts the JobSet controller, serving JobSet's webhooks on loopback.
 func (c *Cluster) startJobSet(kubeconfig string) error {
 	mutating, validating, err := jobSetWebhooks()
 	if err != nil {
 		return err
 	}
-	hooks := envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"}
-	for _, m := range mutating {
-		hooks.MutatingWebhooks = append(hooks.MutatingWebhooks, m)
-	}
-	for _, v := range validating {
-		hooks.ValidatingWebhooks = append(hooks.ValidatingWebhooks, v)
-	}
-	if err := hooks.PrepWithoutInstalling(); err != nil {
-		return fmt.Errorf("preparing JobSet's webhooks: %w", err)
-	}
-	c.cleanup = append(c.cleanup, func() { _ = hooks.Cleanup() })
-	config := filepath.Join(c.Dir, "jobset.yaml")
-	if err := os.WriteFile(config, []byte(jobSetConfig(hooks)), 0o600); err != nil {
-		return err
-	}
-	if err := c.run("jobset-controller", []string{"KUBECONFIG=" + kubeconfig},
-		"--config="+config, "--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0"); err != nil {
-		return err
-	}
-	if err := hooks.Install(c.Env.Config); err != nil {
-		return fmt.Errorf("installing JobSet's webhooks: %w", err)
-	}
-	return c.waitFor("JobSet's webhook server", func() bool {
-		return ServesTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort)))
+	return c.serveWebhooks("JobSet", mutating, validating, func(hooks envtest.WebhookInstallOptions) error {
+		config := filepath.Join(c.Dir, "jobset.yaml")
+		if err := os.WriteFile(config, []byte(jobSetConfig(hooks)), 0o600); err != nil {
+			return err
+		}
+		return c.run("jobset-controller", []string{"KUBECONFIG=" + kubeconfig},
+			"--config="+config, "--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	})
 }

@@ -71,13 +71,17 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 //     runs, but the node and cloud controllers),
 //   - the scheduler-plugins scheduler with the Coscheduling plugin, and its PodGroup controller,
 //   - the JobSet controller, serving its own admission webhooks on loopback,
+//   - Kueue, with its TrainJob integration and its webhooks for Kueue's objects and TrainJobs,
 //   - KWOK, faking o.Nodes nodes and the lifecycle of their pods: a pod of a Job runs for
 //     o.PodRunTime, then succeeds (see FailAnnotation and RunForAnnotation).
 //
 // Every program comes from the assets folder (`make localcluster-assets` builds them into bin/)
 // and logs to a file in LogDir.
 func WithLocalCluster(o LocalOptions) Option {
-	return func(s *settings) { s.local = &o }
+	return func(s *settings) {
+		s.local = &o
+		s.crds = append(s.crds, kueueCRD)
+	}
 }
 
 // startLocal starts the programs of a local cluster, and its nodes, and waits until they serve.
@@ -123,6 +127,13 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		return err
 	}
 	if err := c.startJobSet(kubeconfig); err != nil {
+		return err
+	}
+
+	if kubeconfig, err = c.Kubeconfig("kueue"); err != nil {
+		return err
+	}
+	if err := c.startKueue(kubeconfig); err != nil {
 		return err
 	}
 

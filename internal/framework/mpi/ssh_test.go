@@ -9,6 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
 // TestSSHAuthSecret checks that the Secret carries a usable key pair that every pod trusts, and
@@ -73,4 +76,62 @@ func keys(m map[string][]byte) []string {
 		ks = append(ks, k)
 	}
 	return ks
+}
+
+// TestMountedKeysServeSSHD reads the key files as the pods see them, from the built JobSet's
+// mounts and the Secret, and checks what the MPI images' sshd configuration needs from them:
+// HostKey <mount>/id_rsa is a private key, and AuthorizedKeysFile <mount>/authorized_keys
+// accepts that same key, which every pod's ssh offers from <mount>/id_rsa.
+func TestMountedKeysServeSSHD(t *testing.T) {
+	const mount = "/home/mpiuser/.ssh"
+	policy := openMPI(1)
+	policy.SSHAuthMountPath = ptr.To(mount)
+	children, err := buildMPI(trainJob().Obj(), mpiRuntime(2, policy).Obj())
+	require.NoError(t, err)
+	secret := children.Create[0].(*corev1.Secret)
+	js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+
+	for _, job := range js.Spec.ReplicatedJobs {
+		pod := job.Template.Spec.Template.Spec
+		files := mountedFiles(t, pod, mount, secret)
+		require.ElementsMatch(t, []string{"id_rsa", "id_rsa.pub", "authorized_keys"}, keys(files), "files in %s of job %s", mount, job.Name)
+
+		hostKey, err := ssh.ParsePrivateKey(files["id_rsa"])
+		require.NoError(t, err, "job %s: %s/id_rsa is not an OpenSSH private key", job.Name, mount)
+		authorized, _, _, _, err := ssh.ParseAuthorizedKey(files["authorized_keys"])
+		require.NoError(t, err, "job %s: authorized_keys", job.Name)
+		require.Equal(t, hostKey.PublicKey().Marshal(), authorized.Marshal(), "job %s: authorized_keys does not accept id_rsa", job.Name)
+		public, _, _, _, err := ssh.ParseAuthorizedKey(files["id_rsa.pub"])
+		require.NoError(t, err, "job %s: id_rsa.pub", job.Name)
+		require.Equal(t, hostKey.PublicKey().Marshal(), public.Marshal(), "job %s: id_rsa.pub is not id_rsa's public key", job.Name)
+	}
+}
+
+// mountedFiles returns the files a pod's container "node" sees under dir, from the Secret its
+// volume projects there.
+func mountedFiles(t *testing.T, pod corev1.PodSpec, dir string, secret *corev1.Secret) map[string][]byte {
+	t.Helper()
+	var volume string
+	for _, c := range pod.Containers {
+		for _, m := range c.VolumeMounts {
+			if c.Name == "node" && m.MountPath == dir {
+				volume = m.Name
+			}
+		}
+	}
+	require.NotEmpty(t, volume, "nothing is mounted at %s", dir)
+	for _, v := range pod.Volumes {
+		if v.Name != volume {
+			continue
+		}
+		require.NotNil(t, v.Secret)
+		require.Equal(t, secret.Name, v.Secret.SecretName)
+		files := map[string][]byte{}
+		for _, item := range v.Secret.Items {
+			files[item.Path] = secret.Data[item.Key]
+		}
+		return files
+	}
+	t.Fatalf("no volume %q", volume)
+	return nil
 }

@@ -165,12 +165,31 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{
 			name: "numProcPerNode that is a word",
 			obj:  tj("bad-procs").NumProcPerNode(intstr.FromString("many")).Obj(),
-			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be auto, cpu, gpu or a positive integer"},
+			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be a positive integer, auto, cpu or gpu"},
+		},
+		{
+			name: "activeDeadlineSeconds of zero",
+			obj: func() client.Object {
+				o := tj("no-time").Obj()
+				o.Spec.ActiveDeadlineSeconds = ptr.To[int64](0)
+				return o
+			}(),
+			want: []string{"spec.activeDeadlineSeconds", "greater than or equal to 1"},
+		},
+		{
+			name: "runtime patch without a manager",
+			obj:  tj("anonymous-patch").RuntimePatches(trainer.RuntimePatch{}).Obj(),
+			want: []string{"spec.runtimePatches[0].manager", "at least 1 chars long"},
+		},
+		{
+			name: "two runtime patches of one manager",
+			obj:  tj("twin-patches").RuntimePatches(trainer.RuntimePatch{Manager: "me"}, trainer.RuntimePatch{Manager: "me"}).Obj(),
+			want: []string{"spec.runtimePatches[1]", "Duplicate value"},
 		},
 		{
 			name: "numProcPerNode of zero",
 			obj:  tj("zero-procs").NumProcPerNode(intstr.FromInt32(0)).Obj(),
-			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be auto, cpu, gpu or a positive integer"},
+			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be a positive integer, auto, cpu or gpu"},
 		},
 		{
 			name: "dataset storageUri without a scheme",
@@ -219,7 +238,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{
 			name: "torch numProcPerNode that is negative",
 			obj:  rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(-1))})),
-			want: []string{"spec.mlPolicy.torch.numProcPerNode", "numProcPerNode must be auto, cpu, gpu or a positive integer"},
+			want: []string{"spec.mlPolicy.torch.numProcPerNode", "numProcPerNode must be a positive integer, auto, cpu or gpu"},
 		},
 		{
 			name: "unknown MPI implementation",
@@ -294,6 +313,7 @@ func TestImmutableFields(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj := utiltesting.MakeTrainJob("immutable", ns).Obj()
+	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](3600)
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
 	cases := map[string]struct {
@@ -311,6 +331,10 @@ func TestImmutableFields(t *testing.T) {
 		"managedBy": {
 			change: func(tj *trainer.TrainJob) { tj.Spec.ManagedBy = ptr.To(trainer.MultiKueueControllerName) },
 			want:   "managedBy is immutable",
+		},
+		"activeDeadlineSeconds": {
+			change: func(tj *trainer.TrainJob) { tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](7200) },
+			want:   "activeDeadlineSeconds is immutable",
 		},
 	}
 	for name, tc := range cases {

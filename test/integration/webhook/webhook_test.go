@@ -281,3 +281,32 @@ func TestAMissingRuntimeIsAWarning(t *testing.T) {
 	require.NoError(t, c.Create(context.Background(), tj), "a TrainJob whose runtime may still come was refused")
 	assert.Equal(t, []string{`spec.runtimeRef: TrainingRuntime "later": not found: the TrainJob fails unless it is created within seconds`}, collected.texts)
 }
+
+// A TrainJob queued by Kueue is warned about the fields Kueue's updates drop and the shapes it
+// cannot read; the same TrainJob without a queue is not.
+func TestKueueWarnings(t *testing.T) {
+	ns := newNamespace(t)
+	collected := &warnings{}
+	cfg := rest.CopyConfig(restCfg)
+	cfg.WarningHandler = collected
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+
+	tj := func(name string) *trainer.TrainJob {
+		o := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").NumProcPerNode(intstr.FromString("auto")).
+			PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"pool": "a"}}}).Obj()
+		o.Spec.Labels = map[string]string{"team": "a"}
+		return o
+	}
+	require.NoError(t, c.Create(context.Background(), tj("unqueued")))
+	assert.Empty(t, collected.texts)
+
+	queued := tj("queued")
+	queued.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
+	require.NoError(t, c.Create(context.Background(), queued))
+	assert.Equal(t, []string{
+		"spec.podSpecOverrides: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
+		"spec.labels: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
+		`spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read "auto": write a number`,
+	}, collected.texts)
+}

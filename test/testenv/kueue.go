@@ -1,0 +1,106 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// kueueToolsModule is the build-only module bin/kueue is built from (see hack/tools.mk).
+const kueueToolsModule = "hack/tools/kueue"
+
+// kueueWebhooks returns Kueue's webhooks for its own objects and for TrainJobs: the only
+// integration the local cluster turns on. A release installs webhooks for every workload kind
+// (pods, Jobs, JobSets, ...), which a disabled integration answers with a no-op; leaving them out
+// keeps Kueue off the path of every other object of the cluster.
+func kueueWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
+	return moduleWebhooks(kueueCRD, "kueue-", func(r admissionv1.RuleWithOperations) bool {
+		return slices.Contains(r.APIGroups, "kueue.x-k8s.io") || slices.Contains(r.Resources, "trainjobs")
+	})
+}
+
+// kueueConfig is Kueue's configuration file: the TrainJob integration only, no leader election, no
+// certificate management of its own (the webhook certificate is envtest's, in certDir), the webhook
+// server on loopback, no metrics or health servers (their ports would collide between clusters).
+func kueueConfig(hooks envtest.WebhookInstallOptions) string {
+	return `apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+health:
+  healthProbeBindAddress: "0"
+metrics:
+  bindAddress: "0"
+clientConnection:
+  qps: 500
+  burst: 500
+webhook:
+  host: ` + hooks.LocalServingHost + `
+  port: ` + strconv.Itoa(hooks.LocalServingPort) + `
+  certDir: ` + hooks.LocalServingCertDir + `
+integrations:
+  frameworks:
+  - trainer.kubeflow.org/trainjob
+`
+}
+
+// kueueMetricsCertDir is where Kueue, when it does not manage its certificates itself, reads the
+// certificate of its metrics server, whether or not that server runs. The path is fixed in
+// Kueue's main package.
+const kueueMetricsCertDir = "/etc/kueue/metrics/certs"
+
+// provideKueueMetricsCert puts a certificate where Kueue reads its metrics server's, unless one is
+// there: any will do, as the metrics server does not run. It is left there for the next cluster.
+func provideKueueMetricsCert(from string) error {
+	for _, name := range []string{"tls.crt", "tls.key"} {
+		dst := filepath.Join(kueueMetricsCertDir, name)
+		if _, err := os.Stat(dst); err == nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(from, name))
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(kueueMetricsCertDir, 0o755); err != nil {
+			return fmt.Errorf("Kueue needs a certificate in %s (a path fixed in Kueue): %w", kueueMetricsCertDir, err)
+		}
+		// Written aside and renamed, so that a cluster starting beside this one never reads half.
+		tmp, err := os.CreateTemp(kueueMetricsCertDir, name)
+		if err != nil {
+			return err
+		}
+		_, werr := tmp.Write(data)
+		if err := errors.Join(werr, tmp.Close(), os.Rename(tmp.Name(), dst)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startKueue starts Kueue, serving its webhooks on loopback. Its CRDs are installed with the rest.
+func (c *Cluster) startKueue(kubeconfig string) error {
+	mutating, validating, err := kueueWebhooks()
+	if err != nil {
+		return err
+	}
+	return c.serveWebhooks("Kueue", mutating, validating, func(hooks envtest.WebhookInstallOptions) error {
+		if err := provideKueueMetricsCert(hooks.LocalServingCertDir); err != nil {
+			return err
+		}
+		config := filepath.Join(c.Dir, "kueue.yaml")
+		if err := os.WriteFile(config, []byte(kueueConfig(hooks)), 0o600); err != nil {
+			return err
+		}
+		// The visibility server is an aggregated API that the local cluster does not register.
+		return c.run("kueue", []string{"KUBECONFIG=" + kubeconfig},
+			"--config="+config, "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2")
+	})
+}
