@@ -294,3 +294,26 @@ func TestKueueDropsFieldsUpstreamLacks(t *testing.T) {
 	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
 	assert.Equal(t, "a", js.Labels["team"], "the user's runtime patch reached the JobSet")
 }
+
+// TestKueueCountsTheShippedRuntimes queues a TrainJob of each shipped runtime: the pod counts
+// Kueue computes with upstream's code on our runtimes are the pods of the JobSets they run.
+func TestKueueCountsTheShippedRuntimes(t *testing.T) {
+	ns := newNamespace(t)
+	kueueQueue(t, ns, 4, "16", "64")
+	for _, runtime := range []string{"torch-distributed", "mpi-distributed", "xgboost-distributed", "jax-distributed"} {
+		t.Run(runtime, func(t *testing.T) {
+			tj := utiltesting.MakeTrainJob(strings.TrimSuffix(runtime, "-distributed"), ns).
+				RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).NumNodes(3).Obj()
+			tj.Labels = map[string]string{queueLabel: "queue"}
+			require.NoError(t, k8sClient.Create(context.Background(), tj))
+			waitForComplete(t, tj)
+			js := &jobsetv1alpha2.JobSet{}
+			require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
+			want := map[string]int64{}
+			for _, job := range js.Spec.ReplicatedJobs {
+				want[job.Name] = int64(job.Replicas) * int64(ptr.Deref(job.Template.Spec.Parallelism, 1))
+			}
+			assert.Equal(t, want, workloadPodCounts(t, tj))
+		})
+	}
+}

@@ -191,3 +191,40 @@ func TestNamesAtTheLimit(t *testing.T) {
 	require.True(t, apierrors.IsInvalid(err), "5001 nodes were accepted: %v", err)
 	assert.ErrorContains(t, err, "spec.trainer.numNodes")
 }
+
+// TestActiveDeadline runs TrainJobs whose pods would run for an hour under a deadline of a few
+// seconds: each is Failed with reason DeadlineExceeded and its pods stop. A TrainJob suspended
+// and resumed counts from its resume.
+func TestActiveDeadline(t *testing.T) {
+	ns := newNamespace(t)
+	job := nodeJob("100m")
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	createRuntime(t, ns, "endless", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).Obj())
+	deadline := func(seconds int64, suspend bool) func(*utiltesting.TrainJobWrapper) {
+		return func(w *utiltesting.TrainJobWrapper) {
+			w.NumNodes(2).Suspend(suspend)
+			w.Spec.ActiveDeadlineSeconds = ptr.To(seconds)
+		}
+	}
+
+	running := createTrainJob(t, ns, "running", "endless", deadline(3, false))
+	resumed := createTrainJob(t, ns, "resumed", "endless", deadline(6, true))
+	time.Sleep(5 * time.Second) // Longer than its deadline, suspended: the clock does not run.
+	require.NoError(t, update(t, resumed, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) }))
+	resumedAt := time.Now()
+
+	for _, tj := range []*trainer.TrainJob{running, resumed} {
+		got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed))
+		failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+		assert.Equal(t, trainer.TrainJobDeadlineExceededReason, failed.Reason)
+		assert.Contains(t, failed.Message, "spec.activeDeadlineSeconds")
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			for _, p := range pods(c, tj) {
+				assert.NotEqual(c, corev1.PodRunning, p.Status.Phase, "pod %s still runs", p.Name)
+			}
+		}, timeout, interval, "the pods of %s stop", tj.Name)
+	}
+	failed := apimeta.FindStatusCondition(current(t, resumed).Status.Conditions, trainer.TrainJobFailed)
+	assert.GreaterOrEqual(t, failed.LastTransitionTime.Sub(resumedAt), 5*time.Second,
+		"the resumed TrainJob's deadline counted from its creation, not its resume")
+}

@@ -85,11 +85,10 @@ func (mpi) Apply(b *framework.Build) error {
 	if err != nil {
 		return err
 	}
+	// With runLauncherAsNode the launcher is the first node; on one node it is the only one, as
+	// DeepSpeed runs on a single machine, and the node job runs no pod.
 	nodePods := b.NumNodes
 	if launcherAsNode {
-		if b.NumNodes < 2 {
-			return b.NumNodesError("must be at least 2 with mlPolicy.mpi.runLauncherAsNode: the launcher and one node")
-		}
 		nodePods--
 	}
 

@@ -150,6 +150,14 @@ func TestMPI(t *testing.T) {
 			},
 			wantHostfile: "mnist-launcher-0-0.mnist slots=2\nmnist-node-0-0.mnist slots=2\nmnist-node-0-1.mnist slots=2\n",
 		},
+		"runLauncherAsNode on one node: the launcher is the only host and the node job runs no pod": {
+			runtime:  mpiRuntime(1, &trainer.MPIMLPolicySource{NumProcPerNode: ptr.To[int32](4), RunLauncherAsNode: ptr.To(true)}).Obj(),
+			trainJob: trainJob().Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return wantJobSet(tj, rt, 0, "/root/.ssh", "OMPI_MCA_orte_default_hostfile").Obj()
+			},
+			wantHostfile: "mnist-launcher-0-0.mnist slots=4\n",
+		},
 		"the TrainJob's numProcPerNode overrides the runtime's slots": {
 			runtime:  mpiRuntime(2, openMPI(4)).Obj(),
 			trainJob: trainJob().NumProcPerNode(intstr.FromInt32(8)).Obj(),
@@ -233,11 +241,6 @@ func TestMPI(t *testing.T) {
 			runtime:  mpiRuntime(1, openMPI(1)).Obj(),
 			trainJob: trainJob().NumProcPerNode(intstr.FromInt32(0)).Obj(),
 			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "0": MPI needs a positive integer: the slots per node`,
-		},
-		"runLauncherAsNode on one node leaves no node pod": {
-			runtime:  mpiRuntime(2, &trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)}).Obj(),
-			trainJob: trainJob().NumNodes(1).Obj(),
-			wantErr:  `spec.trainer.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode: the launcher and one node`,
 		},
 		"a runtime numProcPerNode of 0 that did not come through the API server is no slots": {
 			runtime:  mpiRuntime(1, openMPI(0)).Obj(),

@@ -57,9 +57,6 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
 	}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("elastic", ns, elastic)))
-	launcherAsNode := utiltesting.MakeRuntimeSpec().ReplicatedJobs(mpiJobs("launcher", "node")...).NumNodes(3).
-		MPI(&trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)}).Obj()
-	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("mpi-as-node", ns, launcherAsNode)))
 
 	// tj is a TrainJob of a shipped ClusterTrainingRuntime.
 	tj := func(runtime string) *trainer.TrainJob {
@@ -145,9 +142,6 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").NumNodes(2).Obj()
 			return o
 		}(), []string{`spec.trainer.numNodes: Forbidden: TrainingRuntime "elastic" is elastic`}},
-		{"one node with the MPI launcher as a node", func() client.Object {
-			return utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi-as-node").NumNodes(1).Obj()
-		}(), []string{"spec.trainer.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode"}},
 
 		// TrainJobs the schema refuses, before the webhook.
 		{"a name that is not a DNS-1035 label", func() client.Object { o := tj("torch-distributed"); o.Name = "9lives"; return o }(),
@@ -183,8 +177,6 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs[0].name: Invalid value: "node": the MPI launcher`}},
 		{"an MPI launcher that sets a hostfile variable", rt("r10", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(mpiJobs("launcher", "node")[0], "HYDRA_HOST_FILE", "x"), mpiJobs("launcher", "node")[1]).MPI(&trainer.MPIMLPolicySource{})),
 			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework"}},
-		{"an MPI launcher as a node with one node", rt("r11", utiltesting.MakeRuntimeSpec().ReplicatedJobs(mpiJobs("launcher", "node")...).NumNodes(1).MPI(&trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)})),
-			[]string{"spec.mlPolicy.numNodes: Invalid value: 1: must be at least 2 with mlPolicy.mpi.runLauncherAsNode"}},
 		{"gpu processes in a runtime without GPUs", rt("r12", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))})),
 			[]string{`spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`}},
 		{"a cluster runtime without a trainer job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
