@@ -121,7 +121,9 @@ func TestRuntimePatches(t *testing.T) {
 			}
 			require.NoError(t, err)
 			want := utiltesting.MakeJobSet(tc.trainJob, spec).
-				Container("node", "node", func(c *corev1.Container) { c.Env = append(c.Env, corev1.EnvVar{Name: "FRAMEWORK_VAR", Value: "framework"}) })
+				Container("node", "node", func(c *corev1.Container) {
+					c.Env = append(c.Env, corev1.EnvVar{Name: "FRAMEWORK_VAR", Value: "framework"})
+				})
 			tc.want(want)
 			if diff := cmp.Diff(want.Obj(), utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)); diff != "" {
 				t.Errorf("JobSet (-want +got):\n%s", diff)

@@ -6,6 +6,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -282,7 +284,11 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children, firstTime bool) error {
 	if firstTime {
 		for _, obj := range children.Create {
-			if err := r.client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			err := r.client.Create(ctx, obj)
+			if apierrors.IsAlreadyExists(err) {
+				err = r.adopt(ctx, obj)
+			}
+			if err != nil {
 				return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
 			}
 		}
@@ -297,6 +303,24 @@ func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children
 		return fmt.Errorf("applying JobSet %q: %w", *children.JobSet.Name, err)
 	}
 	return nil
+}
+
+// adopt makes a child that already exists belong to the TrainJob: it gets the owner references
+// of the one built. It is left over from an earlier TrainJob of the same name, deleted a moment
+// ago, and the garbage collector would soon delete it under the new TrainJob's pods; its content
+// (MPI's key pair) serves the new TrainJob as well. The operator does not read it (it may not read
+// Secrets): a merge patch replaces the owner references whatever they were. If it went meanwhile,
+// it is created.
+func (r *TrainJobReconciler) adopt(ctx context.Context, obj client.Object) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": obj.GetOwnerReferences()}})
+	if err != nil {
+		return err
+	}
+	err = r.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager(r.framework)))
+	if apierrors.IsNotFound(err) {
+		return r.client.Create(ctx, obj)
+	}
+	return err
 }
 
 // activeTrainJob reads the TrainJob of a request, or returns nil when there is nothing to do for

@@ -41,9 +41,10 @@ const (
 
 type mpi struct{}
 
-// The MPI controller creates each TrainJob's SSH key Secret once and never reads Secrets; it
-// applies the hostfile ConfigMaps, which the manager caches by label.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
+// The MPI controller creates each TrainJob's SSH key Secret once, and never reads Secrets: it
+// patches one only to take over a Secret of the same name left by an earlier TrainJob. It applies
+// the hostfile ConfigMaps.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create;patch
 
 // New returns the MPI framework.
