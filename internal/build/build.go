@@ -65,6 +65,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	steps := []func(*framework.Build) error{
 		applyTrainer,
 		func(b *framework.Build) error { return checkReservedEnv(b, fw) },
+		func(b *framework.Build) error { return checkNumProcPerNode(b, fw) },
 		applyInitializers,
 		fw.Apply,
 		applyPodPatches,

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
@@ -174,3 +175,21 @@ func TestAncestorLabel(t *testing.T) {
 		})
 	}
 }
+
+// numProcPerNode reaches only the frameworks that read it; elsewhere it would be silently
+// ignored, so it is refused.
+func TestNumProcPerNodeOnlyWhereRead(t *testing.T) {
+	tj := utiltesting.MakeTrainJob("tj", "ns").NumProcPerNode(intstr.FromInt32(4)).Obj()
+	spec := fullRuntime().Obj()
+	rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: &spec}
+	_, err := Build(tj, rt, plain.New())
+	require.EqualError(t, err, `spec.trainer.numProcPerNode: Forbidden: TrainingRuntime "rt" runs the plain framework, which does not use it (torch and mpi do)`)
+
+	_, err = Build(tj, rt, readsProcs{})
+	require.NoError(t, err)
+}
+
+// readsProcs is a framework that reads numProcPerNode.
+type readsProcs struct{ stubFramework }
+
+func (readsProcs) ReadsNumProcPerNode() {}

@@ -75,6 +75,17 @@ func applyTrainer(b *framework.Build) error {
 	return nil
 }
 
+// checkNumProcPerNode refuses spec.trainer.numProcPerNode for a framework that does not read it:
+// jax runs one process per node, xgboost sizes its workers itself, plain passes nothing on.
+func checkNumProcPerNode(b *framework.Build, fw framework.Framework) error {
+	t := b.TrainJob.Spec.Trainer
+	if _, reads := fw.(framework.ProcessesPerNode); reads || t == nil || t.NumProcPerNode == nil {
+		return nil
+	}
+	return field.Forbidden(framework.TrainerPath.Child("numProcPerNode"),
+		fmt.Sprintf("%s runs the %s framework, which does not use it (torch and mpi do)", b.Runtime, fw.Name()))
+}
+
 // checkAncestors refuses a replicated job whose Job template and pod template both carry the
 // ancestor label with different values: which part of the TrainJob it runs would be a guess.
 func checkAncestors(b *framework.Build) error {

@@ -33,6 +33,12 @@ type Framework interface {
 	Apply(*Build) error
 }
 
+// ProcessesPerNode is implemented by the frameworks that read spec.trainer.numProcPerNode (torch,
+// mpi). A TrainJob that sets it for another framework cannot be built: it would be ignored.
+type ProcessesPerNode interface {
+	ReadsNumProcPerNode()
+}
+
 // Select returns the framework that runs TrainJobs of a runtime with this ML policy: the first of
 // frameworks that selects it, or nil when none does.
 func Select(frameworks []Framework, policy *trainer.MLPolicy) Framework {

@@ -55,6 +55,9 @@ func (mpi) Name() string { return Name }
 // Selects runtimes with an MPI policy.
 func (mpi) Selects(p *trainer.MLPolicy) bool { return p != nil && p.MPI != nil }
 
+// ReadsNumProcPerNode: spec.trainer.numProcPerNode overrides the runtime's slots.
+func (mpi) ReadsNumProcPerNode() {}
+
 // ReservedEnv are the hostfile variables of all three implementations, whichever the runtime
 // chooses: a user who sets another implementation's variable by hand most likely runs a
 // different mpirun than the runtime says, and would get a hostfile in the wrong syntax.

@@ -44,6 +44,9 @@ func (torch) Name() string { return Name }
 
 func (torch) Selects(p *trainer.MLPolicy) bool { return p != nil && p.Torch != nil }
 
+// ReadsNumProcPerNode: spec.trainer.numProcPerNode overrides the runtime's.
+func (torch) ReadsNumProcPerNode() {}
+
 func (torch) ReservedEnv() []string {
 	return []string{EnvNumNodes, EnvNumProcPerNode, EnvNodeRank, EnvMasterAddr, EnvMasterPort,
 		EnvRdzvBackend, EnvRdzvEndpoint, EnvRdzvID, EnvMaxRestarts}
