@@ -284,6 +284,16 @@ func TestJobSet(t *testing.T) {
 				}).Obj()
 			},
 		},
+		"a TrainJob is told every error of a step at once": {
+			runtime:   fullRuntime().Obj(),
+			framework: stubFramework{},
+			trainJob: tj().Trainer(&trainer.Trainer{Env: env("FRAMEWORK_VAR", "mine")}).PodSpecOverrides(
+				trainer.PodSpecOverride{TargetJobs: []string{"launcher"}},
+				trainer.PodSpecOverride{TargetJobs: []string{"node", "worker"}}).Obj(),
+			wantErr: `[spec.trainer.env[0].name: Forbidden: FRAMEWORK_VAR is set by the stub framework and may not be set by hand, ` +
+				`spec.podSpecOverrides[0].targetJobs[0]: Invalid value: "launcher": TrainingRuntime "rt" has no replicated job of that name, ` +
+				`spec.podSpecOverrides[1].targetJobs[1]: Invalid value: "worker": TrainingRuntime "rt" has no replicated job of that name]`,
+		},
 		"a TrainJob that sets the framework's env var cannot be built": {
 			runtime:   fullRuntime().Obj(),
 			framework: stubFramework{},

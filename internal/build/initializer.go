@@ -38,20 +38,21 @@ func applyInitializers(b *framework.Build) error {
 	if m := init.Model; m != nil {
 		inits = append(inits, initializer{"model", trainer.AncestorModelInitializer, m.StorageUri, m.Env, m.SecretRef})
 	}
+	var errs field.ErrorList
 	for _, in := range inits {
+		path := field.NewPath("spec", "initializer", in.field)
 		if in.storageURI != nil {
 			for i, e := range in.env {
 				if e.Name == StorageURIEnv {
-					path := field.NewPath("spec", "initializer", in.field)
-					return field.Forbidden(path.Child("env").Index(i).Child("name"),
-						fmt.Sprintf("%s is set from %s: set one or the other", StorageURIEnv, path.Child("storageUri")))
+					errs = append(errs, field.Forbidden(path.Child("env").Index(i).Child("name"),
+						fmt.Sprintf("%s is set from %s: set one or the other", StorageURIEnv, path.Child("storageUri"))))
 				}
 			}
 		}
 		jobs := ancestorJobs(b, in.ancestor)
 		if len(jobs) == 0 {
-			return field.Forbidden(field.NewPath("spec", "initializer", in.field),
-				fmt.Sprintf("%s has no %s: no replicated job is labelled %s=%s", b.Runtime, in.ancestor, trainer.AncestorStepLabel, in.ancestor))
+			errs = append(errs, field.Forbidden(path,
+				fmt.Sprintf("%s has no %s: no replicated job is labelled %s=%s", b.Runtime, in.ancestor, trainer.AncestorStepLabel, in.ancestor)))
 		}
 		for _, j := range jobs {
 			job := &b.JobSet.Spec.ReplicatedJobs[j]
@@ -71,5 +72,5 @@ func applyInitializers(b *framework.Build) error {
 			}
 		}
 	}
-	return nil
+	return errs.ToAggregate()
 }

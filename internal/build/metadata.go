@@ -31,7 +31,7 @@ func applyMetadata(b *framework.Build) error {
 		if patch.Template.Spec != nil && patch.Template.Spec.Template != nil {
 			mergeMetadata(&job.Spec.Template.ObjectMeta, patch.Template.Spec.Template.Metadata)
 		}
-	})
+	}).ToAggregate()
 }
 
 // mergeMetadata merges a patch's labels and annotations into an object's.

@@ -23,9 +23,12 @@ type podPatch struct {
 }
 
 // podPatches lists the TrainJob's pod patches in the order they apply: spec.podSpecOverrides,
-// then spec.runtimePatches, each in list order. A job the runtime lacks is an error.
-func podPatches(b *framework.Build) ([]podPatch, error) {
-	var patches []podPatch
+// then spec.runtimePatches, each in list order, and an error for each job the runtime lacks.
+func podPatches(b *framework.Build) ([]podPatch, field.ErrorList) {
+	var (
+		patches []podPatch
+		errs    field.ErrorList
+	)
 	for i := range b.TrainJob.Spec.PodSpecOverrides {
 		o := &b.TrainJob.Spec.PodSpecOverrides[i]
 		path := field.NewPath("spec", "podSpecOverrides").Index(i)
@@ -39,13 +42,14 @@ func podPatches(b *framework.Build) ([]podPatch, error) {
 		for t, name := range o.TargetJobs {
 			j, err := replicatedJob(b, name, path.Child("targetJobs").Index(t))
 			if err != nil {
-				return nil, err
+				errs = append(errs, err)
+				continue
 			}
 			p.jobs = append(p.jobs, j)
 		}
 		patches = append(patches, p)
 	}
-	err := forEachJobPatch(b, func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path) {
+	jobErrs := forEachJobPatch(b, func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path) {
 		if t := patch.Template; t != nil && t.Spec != nil && t.Spec.Template != nil && t.Spec.Template.Spec != nil {
 			patches = append(patches, podPatch{
 				path:  path.Child("template", "spec", "template", "spec"),
@@ -54,12 +58,13 @@ func podPatches(b *framework.Build) ([]podPatch, error) {
 			})
 		}
 	})
-	return patches, err
+	return patches, append(errs, jobErrs...)
 }
 
 // forEachJobPatch calls f with each replicated job patch of spec.runtimePatches, in order, and
-// the index of the job it names. A job the runtime lacks is an error.
-func forEachJobPatch(b *framework.Build, f func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path)) error {
+// the index of the job it names. It returns an error for each job the runtime lacks.
+func forEachJobPatch(b *framework.Build, f func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path)) field.ErrorList {
+	var errs field.ErrorList
 	for i, rp := range b.TrainJob.Spec.RuntimePatches {
 		if rp.TrainingRuntimeSpec == nil || rp.TrainingRuntimeSpec.Template == nil || rp.TrainingRuntimeSpec.Template.Spec == nil {
 			continue
@@ -69,17 +74,18 @@ func forEachJobPatch(b *framework.Build, f func(job int, patch *trainer.Replicat
 			patch := &rp.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs[k]
 			job, err := replicatedJob(b, patch.Name, path.Index(k).Child("name"))
 			if err != nil {
-				return err
+				errs = append(errs, err)
+				continue
 			}
 			f(job, patch, path.Index(k))
 		}
 	}
-	return nil
+	return errs
 }
 
 // replicatedJob is the index of the JobSet's replicated job of the given name, which the
 // TrainJob names at path.
-func replicatedJob(b *framework.Build, name string, path *field.Path) (int, error) {
+func replicatedJob(b *framework.Build, name string, path *field.Path) (int, *field.Error) {
 	j := slices.IndexFunc(b.JobSet.Spec.ReplicatedJobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == name })
 	if j < 0 {
 		return 0, field.Invalid(path, name, fmt.Sprintf("%s has no replicated job of that name", b.Runtime))
@@ -91,23 +97,21 @@ func replicatedJob(b *framework.Build, name string, path *field.Path) (int, erro
 // that order, to the pod templates of their jobs. They run after the framework, so they win over
 // the runtime, spec.trainer and the framework. A container the runtime lacks is an error.
 func applyPodPatches(b *framework.Build) error {
-	patches, err := podPatches(b)
-	if err != nil {
-		return err
+	patches, errs := podPatches(b)
+	if len(errs) > 0 {
+		return errs.ToAggregate()
 	}
 	for _, p := range patches {
 		for _, j := range p.jobs {
 			job := &b.JobSet.Spec.ReplicatedJobs[j]
 			where := fmt.Sprintf("replicated job %q of %s", job.Name, b.Runtime)
-			if err := patchPodSpec(&job.Template.Spec.Template.Spec, p.patch, p.path, where); err != nil {
-				return err
-			}
+			errs = append(errs, patchPodSpec(&job.Template.Spec.Template.Spec, p.patch, p.path, where)...)
 		}
 	}
-	return nil
+	return errs.ToAggregate()
 }
 
-func patchPodSpec(spec *corev1.PodSpec, p *trainer.PodSpecPatch, path *field.Path, where string) error {
+func patchPodSpec(spec *corev1.PodSpec, p *trainer.PodSpecPatch, path *field.Path, where string) field.ErrorList {
 	if p.ServiceAccountName != nil {
 		spec.ServiceAccountName = *p.ServiceAccountName
 	}
@@ -127,17 +131,17 @@ func patchPodSpec(spec *corev1.PodSpec, p *trainer.PodSpecPatch, path *field.Pat
 	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, p.Volumes...)
 	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, p.SchedulingGates...)
 	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, p.ImagePullSecrets...)
-	if err := patchContainers(spec.InitContainers, p.InitContainers, path.Child("initContainers"), "init container", where); err != nil {
-		return err
-	}
-	return patchContainers(spec.Containers, p.Containers, path.Child("containers"), "container", where)
+	return append(patchContainers(spec.InitContainers, p.InitContainers, path.Child("initContainers"), "init container", where),
+		patchContainers(spec.Containers, p.Containers, path.Child("containers"), "container", where)...)
 }
 
-func patchContainers(containers []corev1.Container, patches []trainer.ContainerPatch, path *field.Path, kind, where string) error {
+func patchContainers(containers []corev1.Container, patches []trainer.ContainerPatch, path *field.Path, kind, where string) field.ErrorList {
+	var errs field.ErrorList
 	for i, p := range patches {
 		c := containerIndex(containers, p.Name)
 		if c < 0 {
-			return field.Invalid(path.Index(i).Child("name"), p.Name, fmt.Sprintf("%s has no %s of that name", where, kind))
+			errs = append(errs, field.Invalid(path.Index(i).Child("name"), p.Name, fmt.Sprintf("%s has no %s of that name", where, kind)))
+			continue
 		}
 		containers[c].Env = upsert.Env(containers[c].Env, p.Env...)
 		containers[c].VolumeMounts = upsert.ByKey(containers[c].VolumeMounts, upsert.MountPath, p.VolumeMounts...)
@@ -145,5 +149,5 @@ func patchContainers(containers []corev1.Container, patches []trainer.ContainerP
 			containers[c].SecurityContext = p.SecurityContext
 		}
 	}
-	return nil
+	return errs
 }

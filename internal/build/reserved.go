@@ -18,42 +18,37 @@ func checkReservedEnv(b *framework.Build, fw framework.Framework) error {
 	if len(reserved) == 0 {
 		return nil
 	}
-	// check returns the error of the first reserved var of env, whose list is at path.
-	check := func(env []corev1.EnvVar, path *field.Path) *field.Error {
+	// check returns the errors of the reserved vars of env, whose list is at path.
+	check := func(env []corev1.EnvVar, path *field.Path) field.ErrorList {
+		var errs field.ErrorList
 		for i, e := range env {
 			if slices.Contains(reserved, e.Name) {
-				return field.Forbidden(path.Index(i).Child("name"),
-					fmt.Sprintf("%s is set by the %s framework and may not be set by hand", e.Name, fw.Name()))
+				errs = append(errs, field.Forbidden(path.Index(i).Child("name"),
+					fmt.Sprintf("%s is set by the %s framework and may not be set by hand", e.Name, fw.Name())))
 			}
 		}
-		return nil
+		return errs
 	}
 
-	if err := check(b.RuntimeTrainerContainer().Env, b.TrainerContainerPath().Child("env")); err != nil {
-		return b.RuntimeError(err)
+	if errs := check(b.RuntimeTrainerContainer().Env, b.TrainerContainerPath().Child("env")); len(errs) > 0 {
+		return b.RuntimeError(errs[0])
 	}
+	var errs field.ErrorList
 	if t := b.TrainJob.Spec.Trainer; t != nil {
-		if err := check(t.Env, framework.TrainerPath.Child("env")); err != nil {
-			return err
-		}
+		errs = append(errs, check(t.Env, framework.TrainerPath.Child("env"))...)
 	}
-	patches, err := podPatches(b)
-	if err != nil {
-		return err
-	}
+	patches, patchErrs := podPatches(b)
+	errs = append(errs, patchErrs...)
 	container := b.TrainerContainer().Name
 	for _, p := range patches {
 		if !slices.Contains(p.jobs, b.TrainerJobIndex()) {
 			continue
 		}
 		for j, c := range p.patch.Containers {
-			if c.Name != container {
-				continue
-			}
-			if err := check(c.Env, p.path.Child("containers").Index(j).Child("env")); err != nil {
-				return err
+			if c.Name == container {
+				errs = append(errs, check(c.Env, p.path.Child("containers").Index(j).Child("env"))...)
 			}
 		}
 	}
-	return nil
+	return errs.ToAggregate()
 }

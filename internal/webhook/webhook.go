@@ -13,6 +13,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -227,11 +228,28 @@ func (w runtimeWebhook[T]) validate(obj T) error {
 }
 
 // invalid is the API's answer to an invalid object: `TrainJob.trainer.kubeflow.org "x" is
-// invalid: <field>: <reason>`.
+// invalid: [<field>: <reason>, ...]`, with every field error the build found.
 func invalid(kind, name string, err error) error {
-	var fe *field.Error
-	if !errors.As(err, &fe) {
+	errs := fieldErrors(err)
+	if len(errs) == 0 {
 		return apierrors.NewInternalError(err)
 	}
-	return apierrors.NewInvalid(trainer.GroupVersion.WithKind(kind).GroupKind(), name, field.ErrorList{fe})
+	return apierrors.NewInvalid(trainer.GroupVersion.WithKind(kind).GroupKind(), name, errs)
+}
+
+// fieldErrors are the field errors in err: one, or those of an aggregate of them.
+func fieldErrors(err error) field.ErrorList {
+	var agg utilerrors.Aggregate
+	if errors.As(err, &agg) {
+		var errs field.ErrorList
+		for _, e := range agg.Errors() {
+			errs = append(errs, fieldErrors(e)...)
+		}
+		return errs
+	}
+	var fe *field.Error
+	if errors.As(err, &fe) {
+		return field.ErrorList{fe}
+	}
+	return nil
 }

@@ -108,6 +108,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"xgboost env set by an override", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
 			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{TargetJobs: []string{"node"}, PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("DMLC_TASK_ID", "0")}}}})
 		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: DMLC_TASK_ID is set by the xgboost framework"}},
+		{"every error at once", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("PET_NNODES", "8")}
+			o.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{TargetJobs: []string{"launcher"}}, {TargetJobs: []string{"worker"}}}
+		}), []string{`is invalid: [spec.trainer.env[0].name: Forbidden: PET_NNODES is set by the torch framework`,
+			`spec.podSpecOverrides[0].targetJobs[0]: Invalid value: "launcher"`, `spec.podSpecOverrides[1].targetJobs[0]: Invalid value: "worker"`}},
 		{"processes per node for jax, which runs one per node", tjWith("jax-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromInt32(4))}
 		}), []string{`spec.trainer.numProcPerNode: Forbidden: ClusterTrainingRuntime "jax-distributed" runs the jax framework, which does not use it (torch and mpi do)`}},
