@@ -535,6 +535,12 @@ type JobStatus struct {
 	Suspended int32 `json:"suspended"`
 }
 
+// ManagedByOperator reports whether this operator reconciles the TrainJob, rather than another
+// controller such as MultiKueue: spec.managedBy is unset or names this operator.
+func (tj *TrainJob) ManagedByOperator() bool {
+	return tj.Spec.ManagedBy == nil || *tj.Spec.ManagedBy == TrainJobControllerName
+}
+
 // TrainJobList is a list of TrainJobs.
 //
 // +kubebuilder:object:root=true

@@ -47,7 +47,7 @@ type Children struct {
 func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) (*Children, error) {
 	// The steps copy values out of the TrainJob into the JobSet: never share them.
 	tj = tj.DeepCopy()
-	b := &framework.Build{
+	b := &framework.Draft{
 		TrainJob: tj,
 		Runtime:  rt,
 		JobSet: &jobsetv1alpha2.JobSet{
@@ -62,10 +62,10 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	// The steps change the JobSet in place: never the runtime's template.
 	b.JobSet = b.JobSet.DeepCopy()
 
-	steps := []func(*framework.Build) error{
+	steps := []func(*framework.Draft) error{
 		applyTrainer,
-		func(b *framework.Build) error { return checkReservedEnv(b, fw) },
-		func(b *framework.Build) error { return checkNumProcPerNode(b, fw) },
+		func(b *framework.Draft) error { return checkReservedEnv(b, fw) },
+		func(b *framework.Draft) error { return checkNumProcPerNode(b, fw) },
 		applyInitializers,
 		fw.Apply,
 		applyPodPatches,

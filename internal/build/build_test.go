@@ -40,7 +40,7 @@ type stubFramework struct{ err error }
 func (stubFramework) Name() string                   { return "stub" }
 func (stubFramework) Selects(*trainer.MLPolicy) bool { return true }
 func (stubFramework) ReservedEnv() []string          { return []string{"FRAMEWORK_VAR"} }
-func (f stubFramework) Apply(b *framework.Build) error {
+func (f stubFramework) Apply(b *framework.Draft) error {
 	if f.err != nil {
 		return f.err
 	}

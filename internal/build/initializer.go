@@ -26,7 +26,7 @@ type initializer struct {
 // applyInitializers sets STORAGE_URI, the env and the secret (as envFrom) of the TrainJob's
 // dataset and model initializers on the containers named like their step
 // ("dataset-initializer", "model-initializer") in the jobs labelled with that step.
-func applyInitializers(b *framework.Build) error {
+func applyInitializers(b *framework.Draft) error {
 	init := b.TrainJob.Spec.Initializer
 	if init == nil {
 		return nil

@@ -17,7 +17,7 @@ import (
 // a suspended JobSet) would remove them, which JobSet refuses (its replicated jobs, success and
 // failure policies are immutable). Said explicitly, every apply of the same TrainJob is the same.
 // The values are JobSet v0.12's (sigs.k8s.io/jobset pkg/webhooks, jobSetWebhook.Default).
-func applyJobSetDefaults(b *framework.Build) error {
+func applyJobSetDefaults(b *framework.Draft) error {
 	spec := &b.JobSet.Spec
 	if spec.SuccessPolicy == nil {
 		spec.SuccessPolicy = &jobsetv1alpha2.SuccessPolicy{Operator: jobsetv1alpha2.OperatorAll}

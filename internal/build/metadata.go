@@ -15,7 +15,7 @@ import (
 // replicated job's Job template and its pod template, then the labels and annotations of
 // spec.runtimePatches, in order, into the objects they name. The TrainJob wins over the runtime
 // on a clash, and a runtime patch over both.
-func applyMetadata(b *framework.Build) error {
+func applyMetadata(b *framework.Draft) error {
 	mergeEverywhere(b.JobSet, b.TrainJob.Spec.Labels, b.TrainJob.Spec.Annotations)
 	for _, rp := range b.TrainJob.Spec.RuntimePatches {
 		if rp.TrainingRuntimeSpec != nil && rp.TrainingRuntimeSpec.Template != nil {

@@ -20,7 +20,7 @@ const podNameSuffix = "-abcde"
 // webhook requires the name of every Job (<tj>-<job>-<index>) and of every pod of an Indexed
 // Job (<tj>-<job>-<index>-<podIndex>-<random>) to be a DNS-1035 label of at most 63
 // characters. The longest names are those of the last Job and pod, by JobSet's own naming.
-func checkNames(b *framework.Build) error {
+func checkNames(b *framework.Draft) error {
 	tj := b.TrainJob.Name
 	for _, rj := range b.JobSet.Spec.ReplicatedJobs {
 		longest := placement.GenJobName(tj, rj.Name, int(rj.Replicas-1))

@@ -24,7 +24,7 @@ type podPatch struct {
 
 // podPatches lists the TrainJob's pod patches in the order they apply: spec.podSpecOverrides,
 // then spec.runtimePatches, each in list order, and an error for each job the runtime lacks.
-func podPatches(b *framework.Build) ([]podPatch, field.ErrorList) {
+func podPatches(b *framework.Draft) ([]podPatch, field.ErrorList) {
 	var (
 		patches []podPatch
 		errs    field.ErrorList
@@ -63,7 +63,7 @@ func podPatches(b *framework.Build) ([]podPatch, field.ErrorList) {
 
 // forEachJobPatch calls f with each replicated job patch of spec.runtimePatches, in order, and
 // the index of the job it names. It returns an error for each job the runtime lacks.
-func forEachJobPatch(b *framework.Build, f func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path)) field.ErrorList {
+func forEachJobPatch(b *framework.Draft, f func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path)) field.ErrorList {
 	var errs field.ErrorList
 	for i, rp := range b.TrainJob.Spec.RuntimePatches {
 		if rp.TrainingRuntimeSpec == nil || rp.TrainingRuntimeSpec.Template == nil || rp.TrainingRuntimeSpec.Template.Spec == nil {
@@ -85,7 +85,7 @@ func forEachJobPatch(b *framework.Build, f func(job int, patch *trainer.Replicat
 
 // replicatedJob is the index of the JobSet's replicated job of the given name, which the
 // TrainJob names at path.
-func replicatedJob(b *framework.Build, name string, path *field.Path) (int, *field.Error) {
+func replicatedJob(b *framework.Draft, name string, path *field.Path) (int, *field.Error) {
 	j := slices.IndexFunc(b.JobSet.Spec.ReplicatedJobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == name })
 	if j < 0 {
 		return 0, field.Invalid(path, name, fmt.Sprintf("%s has no replicated job of that name", b.Runtime))
@@ -96,7 +96,7 @@ func replicatedJob(b *framework.Build, name string, path *field.Path) (int, *fie
 // applyPodPatches applies spec.podSpecOverrides and the pod specs of spec.runtimePatches, in
 // that order, to the pod templates of their jobs. They run after the framework, so they win over
 // the runtime, spec.trainer and the framework. A container the runtime lacks is an error.
-func applyPodPatches(b *framework.Build) error {
+func applyPodPatches(b *framework.Draft) error {
 	patches, errs := podPatches(b)
 	if len(errs) > 0 {
 		return errs.ToAggregate()

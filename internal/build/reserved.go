@@ -13,7 +13,7 @@ import (
 // checkReservedEnv refuses a TrainJob or runtime that sets, on the trainer container, an env var
 // the framework sets itself: the framework's value would silently replace it, or it would
 // silently replace the framework's and break the distributed setup.
-func checkReservedEnv(b *framework.Build, fw framework.Framework) error {
+func checkReservedEnv(b *framework.Draft, fw framework.Framework) error {
 	reserved := fw.ReservedEnv()
 	if len(reserved) == 0 {
 		return nil

@@ -19,7 +19,7 @@ var trainerContainerNames = []string{"node", "trainer"}
 
 // applyTrainer finds the trainer job and container, applies spec.trainer to them, and sets the
 // trainer job's parallelism and completions to the number of nodes.
-func applyTrainer(b *framework.Build) error {
+func applyTrainer(b *framework.Draft) error {
 	if err := checkAncestors(b); err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func applyTrainer(b *framework.Build) error {
 
 // checkNumProcPerNode refuses spec.trainer.numProcPerNode for a framework that does not read it:
 // jax runs one process per node, xgboost sizes its workers itself, plain passes nothing on.
-func checkNumProcPerNode(b *framework.Build, fw framework.Framework) error {
+func checkNumProcPerNode(b *framework.Draft, fw framework.Framework) error {
 	t := b.TrainJob.Spec.Trainer
 	if _, reads := fw.(framework.ProcessesPerNode); reads || t == nil || t.NumProcPerNode == nil {
 		return nil
@@ -88,7 +88,7 @@ func checkNumProcPerNode(b *framework.Build, fw framework.Framework) error {
 
 // checkAncestors refuses a replicated job whose Job template and pod template both carry the
 // ancestor label with different values: which part of the TrainJob it runs would be a guess.
-func checkAncestors(b *framework.Build) error {
+func checkAncestors(b *framework.Draft) error {
 	for i, job := range b.JobSet.Spec.ReplicatedJobs {
 		onJob, jobOK := job.Template.Labels[trainer.AncestorStepLabel]
 		onPod, podOK := job.Template.Spec.Template.Labels[trainer.AncestorStepLabel]
@@ -103,7 +103,7 @@ func checkAncestors(b *framework.Build) error {
 
 // ancestorPath is where the runtime labels replicated job i with its ancestor step: its Job
 // template, else its pod template.
-func ancestorPath(b *framework.Build, i int) *field.Path {
+func ancestorPath(b *framework.Draft, i int) *field.Path {
 	job := framework.RuntimeJobsPath.Index(i).Child("template")
 	if _, ok := b.JobSet.Spec.ReplicatedJobs[i].Template.Labels[trainer.AncestorStepLabel]; !ok {
 		job = job.Child("spec", "template")
@@ -113,7 +113,7 @@ func ancestorPath(b *framework.Build, i int) *field.Path {
 
 // ancestorJobs returns the indexes of the replicated jobs labelled as the given part of the
 // TrainJob.
-func ancestorJobs(b *framework.Build, ancestor string) []int {
+func ancestorJobs(b *framework.Draft, ancestor string) []int {
 	var jobs []int
 	for i := range b.JobSet.Spec.ReplicatedJobs {
 		if trainer.Ancestor(&b.JobSet.Spec.ReplicatedJobs[i]) == ancestor {

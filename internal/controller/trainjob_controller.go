@@ -331,16 +331,10 @@ func activeTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*tr
 	if err := c.Get(ctx, req.NamespacedName, tj); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if !tj.DeletionTimestamp.IsZero() || !Managed(tj) || finished(tj) {
+	if !tj.DeletionTimestamp.IsZero() || !tj.ManagedByOperator() || finished(tj) {
 		return nil, nil
 	}
 	return tj, nil
-}
-
-// Managed reports whether this operator reconciles the TrainJob, rather than e.g. MultiKueue:
-// spec.managedBy is unset or names this operator.
-func Managed(tj *trainer.TrainJob) bool {
-	return ptr.Deref(tj.Spec.ManagedBy, trainer.TrainJobControllerName) == trainer.TrainJobControllerName
 }
 
 // finished reports whether the TrainJob reached a terminal condition. A finished TrainJob is

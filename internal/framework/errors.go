@@ -22,7 +22,7 @@ type RuntimeError struct {
 func (e *RuntimeError) Error() string { return fmt.Sprintf("%s: %s", e.Runtime, e.Err) }
 
 // RuntimeError wraps an error of a field of the runtime being built from.
-func (b *Build) RuntimeError(err *field.Error) error {
+func (b *Draft) RuntimeError(err *field.Error) error {
 	return &RuntimeError{Runtime: b.Runtime.String(), Err: err}
 }
 
@@ -42,11 +42,11 @@ func RuntimeContainerPath(job, container int) *field.Path {
 }
 
 // TrainerJobPath is the runtime's path of the trainer job.
-func (b *Build) TrainerJobPath() *field.Path {
+func (b *Draft) TrainerJobPath() *field.Path {
 	return RuntimeJobsPath.Index(b.trainerJob)
 }
 
 // TrainerContainerPath is the runtime's path of the trainer container.
-func (b *Build) TrainerContainerPath() *field.Path {
+func (b *Draft) TrainerContainerPath() *field.Path {
 	return RuntimeContainerPath(b.trainerJob, b.trainerContainer)
 }

@@ -30,7 +30,7 @@ type Framework interface {
 	// Apply adds the framework's settings (environment, ports, node counts, children beside the
 	// JobSet) to the JobSet being built. It runs after the trainer and initializer values are
 	// applied, and before the TrainJob's podSpecOverrides.
-	Apply(*Build) error
+	Apply(*Draft) error
 }
 
 // ProcessesPerNode is implemented by the frameworks that read spec.trainer.numProcPerNode (torch,
@@ -50,8 +50,9 @@ func Select(frameworks []Framework, policy *trainer.MLPolicy) Framework {
 	return nil
 }
 
-// Build is a JobSet being built for a TrainJob, as the framework sees it.
-type Build struct {
+// Draft is the JobSet being built for a TrainJob, as the framework sees it, with what goes beside
+// it. (build.Build runs the steps that fill it.)
+type Draft struct {
 	TrainJob *trainer.TrainJob
 	Runtime  *trainingruntime.Runtime
 
@@ -75,33 +76,33 @@ type Build struct {
 }
 
 // TrainerJob is the replicated job labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
-func (b *Build) TrainerJob() *jobsetv1alpha2.ReplicatedJob {
+func (b *Draft) TrainerJob() *jobsetv1alpha2.ReplicatedJob {
 	return &b.JobSet.Spec.ReplicatedJobs[b.trainerJob]
 }
 
 // TrainerJobIndex is the index of the trainer job in the JobSet's replicated jobs.
-func (b *Build) TrainerJobIndex() int { return b.trainerJob }
+func (b *Draft) TrainerJobIndex() int { return b.trainerJob }
 
 // TrainerContainer is the trainer container of the trainer job's pod template: the one named
 // "node", else the one named "trainer".
-func (b *Build) TrainerContainer() *corev1.Container {
+func (b *Draft) TrainerContainer() *corev1.Container {
 	return &b.TrainerJob().Template.Spec.Template.Spec.Containers[b.trainerContainer]
 }
 
 // SetTrainer records where the trainer job and container are. The pipeline calls it once.
-func (b *Build) SetTrainer(job, container int) {
+func (b *Draft) SetTrainer(job, container int) {
 	b.trainerJob, b.trainerContainer = job, container
 }
 
 // RuntimeTrainerContainer is the trainer container as the runtime has it, before any of the
 // TrainJob's values were applied.
-func (b *Build) RuntimeTrainerContainer() *corev1.Container {
+func (b *Draft) RuntimeTrainerContainer() *corev1.Container {
 	return &b.Runtime.Spec.Template.Spec.ReplicatedJobs[b.trainerJob].Template.Spec.Template.Spec.Containers[b.trainerContainer]
 }
 
 // NumNodesError says that NumNodes does not fit, at the field it came from: the TrainJob's
 // spec.trainer.numNodes, else the runtime's spec.mlPolicy.numNodes.
-func (b *Build) NumNodesError(detail string) error {
+func (b *Draft) NumNodesError(detail string) error {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
 		return field.Invalid(TrainerPath.Child("numNodes"), b.NumNodes, detail)
 	}
@@ -109,6 +110,6 @@ func (b *Build) NumNodesError(detail string) error {
 }
 
 // MLPolicy returns the runtime's ML policy, or nil when it has none.
-func (b *Build) MLPolicy() *trainer.MLPolicy {
+func (b *Draft) MLPolicy() *trainer.MLPolicy {
 	return b.Runtime.Spec.MLPolicy
 }

@@ -23,7 +23,7 @@ const completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
 // PodAddress is the DNS name of a pod of the JobSet, through the JobSet's headless Service:
 // <tj>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>, where the subdomain is the runtime's
 // spec.network.subdomain when set, else the JobSet's name, as JobSet names its Service.
-func (b *Build) PodAddress(job string, jobIndex, podIndex int) string {
+func (b *Draft) PodAddress(job string, jobIndex, podIndex int) string {
 	name, subdomain := b.TrainJob.Name, b.TrainJob.Name
 	if n := b.JobSet.Spec.Network; n != nil && n.Subdomain != "" {
 		subdomain = n.Subdomain
@@ -32,14 +32,14 @@ func (b *Build) PodAddress(job string, jobIndex, podIndex int) string {
 }
 
 // SetEnv puts env vars into the trainer container, replacing vars of the same names.
-func (b *Build) SetEnv(vars ...corev1.EnvVar) {
+func (b *Draft) SetEnv(vars ...corev1.EnvVar) {
 	c := b.TrainerContainer()
 	c.Env = upsert.Env(c.Env, vars...)
 }
 
 // SetRankEnv makes the trainer job Indexed and sets an env var of the trainer container to each
 // pod's index in it, 0 to numNodes-1.
-func (b *Build) SetRankEnv(name string) {
+func (b *Draft) SetRankEnv(name string) {
 	b.TrainerJob().Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 	b.SetEnv(corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", completionIndexAnnotation)},
@@ -48,13 +48,13 @@ func (b *Build) SetRankEnv(name string) {
 
 // SetPort puts a named TCP port into the trainer container's ports, in place of one of the same
 // name or number that the runtime declares.
-func (b *Build) SetPort(name string, port int32) {
+func (b *Draft) SetPort(name string, port int32) {
 	c := b.TrainerContainer()
 	c.Ports = upsert.Port(c.Ports, corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP})
 }
 
 // SetNodes sets the number of pods of the trainer job.
-func (b *Build) SetNodes(n int32) {
+func (b *Draft) SetNodes(n int32) {
 	spec := &b.TrainerJob().Template.Spec
 	spec.Parallelism, spec.Completions = ptr.To(n), ptr.To(n)
 }
@@ -89,7 +89,7 @@ func CPUs(c *corev1.Container) int64 {
 
 // Labels are the labels of every child the operator creates beside the JobSet. The operator's
 // cache selects ConfigMaps and PodGroups by them, so it never holds other objects of those kinds.
-func (b *Build) Labels() map[string]string {
+func (b *Draft) Labels() map[string]string {
 	return map[string]string{trainer.TrainJobNameLabel: b.TrainJob.Name}
 }
 

@@ -54,7 +54,7 @@ func PodGroupObject(policy *trainer.PodGroupPolicy) client.Object {
 // Stamp joins the JobSet's gang members to their gang: the Coscheduling label or the Volcano
 // annotation on the pod template of every member job; for KAI, the queue label on the JobSet and
 // every pod template. It runs last in the pipeline, so that nothing in the TrainJob can remove it.
-func Stamp(b *framework.Build) error {
+func Stamp(b *framework.Draft) error {
 	policy := b.Runtime.Spec.PodGroupPolicy
 	if policy == nil {
 		return nil
@@ -83,7 +83,7 @@ func Stamp(b *framework.Build) error {
 // PodGroup builds the PodGroup of the JobSet built, or returns nil when the policy needs none.
 // Its minMember is every pod of the member jobs and its minResources their summed requests: the
 // scheduler places the gang only when all of it fits.
-func PodGroup(b *framework.Build) (runtime.ApplyConfiguration, error) {
+func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	policy := b.Runtime.Spec.PodGroupPolicy
 	if PodGroupObject(policy) == nil {
 		return nil, nil
@@ -139,7 +139,7 @@ func members(js *jobsetv1alpha2.JobSet) map[string]bool {
 // an elastic trainer job its minNodes: it may start with that many) and sums their requests, as
 // the scheduler will see them: requests default to limits, and init containers and sidecars
 // count as Kubernetes counts them.
-func size(b *framework.Build) (int32, corev1.ResourceList) {
+func size(b *framework.Draft) (int32, corev1.ResourceList) {
 	js, gang := b.JobSet, members(b.JobSet)
 	var count int32
 	total := corev1.ResourceList{}
@@ -170,7 +170,7 @@ func size(b *framework.Build) (int32, corev1.ResourceList) {
 
 // elasticMinNodes is the fewest nodes an elastic torch TrainJob starts with, or nil when it is
 // not elastic.
-func elasticMinNodes(b *framework.Build) *int32 {
+func elasticMinNodes(b *framework.Draft) *int32 {
 	p := b.Runtime.Spec.MLPolicy
 	if p == nil || p.Torch == nil || p.Torch.ElasticPolicy == nil {
 		return nil

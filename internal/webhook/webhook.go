@@ -24,7 +24,6 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/build"
-	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -113,7 +112,7 @@ func (w *trainJobWebhook) ValidateDelete(context.Context, *trainer.TrainJob) (ad
 }
 
 func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (admission.Warnings, error) {
-	if !controller.Managed(tj) {
+	if !tj.ManagedByOperator() {
 		return nil, nil // Another controller runs it, against a runtime there.
 	}
 	warnings := kueueWarnings(tj)

@@ -39,7 +39,7 @@ func (jax) ReservedEnv() []string {
 }
 
 // Apply makes the first node the coordinator and each node one process.
-func (jax) Apply(b *framework.Build) error {
+func (jax) Apply(b *framework.Draft) error {
 	b.SetRankEnv(EnvProcessID)
 	b.SetPort("coordinator", Port)
 	b.SetEnv(

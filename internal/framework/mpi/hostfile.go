@@ -41,7 +41,7 @@ var hostfileEnvs = map[trainer.MPIImplementation]string{
 
 // hostfile lists the node pods, each with its slots, in the implementation's syntax: the
 // launcher first when it is a node, then the node job's pods in order.
-func hostfile(b *framework.Build, impl trainer.MPIImplementation, slots, nodePods int32, launcherAsNode bool) string {
+func hostfile(b *framework.Draft, impl trainer.MPIImplementation, slots, nodePods int32, launcherAsNode bool) string {
 	var hosts []string
 	if launcherAsNode {
 		hosts = append(hosts, b.PodAddress(b.TrainerJob().Name, 0, 0))
@@ -62,7 +62,7 @@ func hostfile(b *framework.Build, impl trainer.MPIImplementation, slots, nodePod
 
 // addHostfile applies the hostfile as a ConfigMap, mounts it in the launcher's trainer container
 // and points mpirun at it with env. Only the launcher runs mpirun, so only it gets the hostfile.
-func addHostfile(b *framework.Build, text, env string) {
+func addHostfile(b *framework.Draft, text, env string) {
 	tj := b.TrainJob
 	name := tj.Name + HostfileConfigMapSuffix
 	b.Apply = append(b.Apply, corev1ac.ConfigMap(name, tj.Namespace).

@@ -67,7 +67,7 @@ func (mpi) ReservedEnv() []string {
 
 // Apply sizes the launcher and node jobs, gives the node container the TrainJob's image and
 // resources, and adds the SSH keys and the hostfile.
-func (mpi) Apply(b *framework.Build) error {
+func (mpi) Apply(b *framework.Draft) error {
 	policy := b.MLPolicy().MPI
 	impl := ptr.Deref(policy.MPIImplementation, DefaultMPIImplementation)
 	hostfileEnv, ok := hostfileEnvs[impl]
@@ -108,7 +108,7 @@ func (mpi) Apply(b *framework.Build) error {
 }
 
 // nodeJobAndContainer finds the node job and its sshd container in the JobSet being built.
-func nodeJobAndContainer(b *framework.Build) (*jobsetv1alpha2.ReplicatedJob, *corev1.Container, error) {
+func nodeJobAndContainer(b *framework.Draft) (*jobsetv1alpha2.ReplicatedJob, *corev1.Container, error) {
 	jobs := b.JobSet.Spec.ReplicatedJobs
 	j := slices.IndexFunc(jobs, func(job jobsetv1alpha2.ReplicatedJob) bool { return job.Name == NodeJob })
 	if j < 0 {
@@ -127,7 +127,7 @@ func nodeJobAndContainer(b *framework.Build) (*jobsetv1alpha2.ReplicatedJob, *co
 // numProcPerNode is the number of slots per node: the TrainJob's spec.trainer.numProcPerNode,
 // else the runtime's mlPolicy.mpi.numProcPerNode, else 1. MPI needs a number: "auto", "cpu" and
 // "gpu" are torchrun's.
-func numProcPerNode(b *framework.Build, policy *trainer.MPIMLPolicySource) (int32, error) {
+func numProcPerNode(b *framework.Draft, policy *trainer.MPIMLPolicySource) (int32, error) {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
 		n, err := strconv.ParseInt(t.NumProcPerNode.String(), 10, 32)
 		if err != nil || n < 1 {
@@ -147,7 +147,7 @@ func numProcPerNode(b *framework.Build, policy *trainer.MPIMLPolicySource) (int3
 // pipeline gave only to the launcher: every MPI process must run the same image, and the node
 // pods are the nodes. A launcher that is not a node only runs mpirun, so it gets the runtime's
 // resources back.
-func applyResources(b *framework.Build, node *corev1.Container, launcherAsNode bool) {
+func applyResources(b *framework.Draft, node *corev1.Container, launcherAsNode bool) {
 	t := b.TrainJob.Spec.Trainer
 	if t == nil {
 		return

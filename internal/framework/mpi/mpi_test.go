@@ -328,7 +328,7 @@ func TestMPI(t *testing.T) {
 // again, so that a JobSet that already has them is left as it is.
 func TestApplyTwice(t *testing.T) {
 	spec := mpiRuntime(2, openMPI(2)).Obj()
-	b := &framework.Build{
+	b := &framework.Draft{
 		TrainJob: trainJob().Obj(),
 		Runtime:  &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "mpi", Spec: &spec},
 		JobSet:   &jobsetv1alpha2.JobSet{Spec: *spec.Template.Spec.DeepCopy()},

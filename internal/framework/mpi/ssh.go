@@ -57,7 +57,7 @@ func privateKeyMode(mountPath string) int32 {
 
 // addSSHAuth generates the TrainJob's SSH key pair into a Secret, created once with the JobSet,
 // and mounts it at mountPath in the launcher's trainer container and the node container.
-func addSSHAuth(b *framework.Build, nodePod *corev1.PodSpec, node *corev1.Container, mountPath string) error {
+func addSSHAuth(b *framework.Draft, nodePod *corev1.PodSpec, node *corev1.Container, mountPath string) error {
 	secret, err := sshAuthSecret(b)
 	if err != nil {
 		return err
@@ -78,7 +78,7 @@ func addSSHAuth(b *framework.Build, nodePod *corev1.PodSpec, node *corev1.Contai
 
 // sshAuthSecret is a new Secret with a freshly generated ed25519 key pair. It is immutable: the
 // pods of a TrainJob must keep trusting each other for as long as it runs.
-func sshAuthSecret(b *framework.Build) (*corev1.Secret, error) {
+func sshAuthSecret(b *framework.Draft) (*corev1.Secret, error) {
 	private, public, err := generateKeyPair()
 	if err != nil {
 		return nil, fmt.Errorf("generating the SSH keys of TrainJob %s/%s: %w", b.TrainJob.Namespace, b.TrainJob.Name, err)

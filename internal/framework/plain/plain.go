@@ -27,4 +27,4 @@ func (plain) Selects(p *trainer.MLPolicy) bool {
 func (plain) ReservedEnv() []string { return nil }
 
 // Apply adds nothing: a plain runtime gets no distributed settings.
-func (plain) Apply(*framework.Build) error { return nil }
+func (plain) Apply(*framework.Draft) error { return nil }

@@ -54,7 +54,7 @@ func (torch) ReservedEnv() []string {
 
 // Apply sets torchrun's environment on every node: a static rendezvous on the first node, or with
 // an elastic policy a c10d rendezvous between minNodes and maxNodes nodes.
-func (torch) Apply(b *framework.Build) error {
+func (torch) Apply(b *framework.Draft) error {
 	policy := b.MLPolicy().Torch
 	procs, err := numProcPerNode(b, policy)
 	if err != nil {
@@ -77,7 +77,7 @@ func (torch) Apply(b *framework.Build) error {
 
 // applyElastic runs maxNodes pods that rendezvous through the c10d store on the first node, and
 // lets torchrun and the JobSet restart the training maxRestarts times.
-func applyElastic(b *framework.Build, elastic *trainer.TorchElasticPolicy, master string) error {
+func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, master string) error {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
 		return field.Forbidden(framework.TrainerPath.Child("numNodes"),
 			fmt.Sprintf("%s is elastic: its torch.elasticPolicy sizes the job", b.Runtime))
@@ -105,7 +105,7 @@ func applyElastic(b *framework.Build, elastic *trainer.TorchElasticPolicy, maste
 // when the pods start: the TrainJob's value, else the runtime's, else "auto". "gpu" is the
 // trainer container's GPU count, "cpu" its CPU limit (else request) rounded down and at least 1,
 // and "auto" is "gpu" when the container has GPUs, else "cpu".
-func numProcPerNode(b *framework.Build, policy *trainer.TorchMLPolicySource) (string, error) {
+func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (string, error) {
 	value := "auto"
 	if policy.NumProcPerNode != nil {
 		value = policy.NumProcPerNode.String()

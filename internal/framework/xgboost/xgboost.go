@@ -42,7 +42,7 @@ func (xgboost) ReservedEnv() []string {
 // Apply points every node at the tracker on the first node and sets the number of workers:
 // numNodes × workers per node, where workers per node is numWorkersPerNode, else the trainer
 // container's GPU count, else 1.
-func (xgboost) Apply(b *framework.Build) error {
+func (xgboost) Apply(b *framework.Draft) error {
 	policy := b.MLPolicy().XGBoost
 	port := ptr.Deref(policy.TrackerPort, DefaultTrackerPort)
 	perNode := int64(ptr.Deref(policy.NumWorkersPerNode, 0))

@@ -1,0 +1,71 @@
+package controller
+
+import (
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+// podGroupKinds are the PodGroups the gang controller writes. Their CRDs may be missing.
+func podGroupKinds() []client.Object {
+	return []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}}
+}
+
+// CacheOptions keep the manager's cache to what the controllers need: of PodGroups, a kind that
+// may exist in large numbers in a cluster, only those the operator created, by their
+// trainer.kubeflow.org/trainjob-name label. ConfigMaps (MPI hostfiles) are only written, never
+// read, so they are not cached at all. The cache
+// cannot be configured for a kind the cluster does not serve, so it asks which PodGroup CRDs
+// are installed.
+func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	podGroups, err := installedPodGroupKinds(mapper, scheme)
+	if err != nil {
+		return cache.Options{}, err
+	}
+	ours := labels.NewSelector()
+	if req, err := labels.NewRequirement(trainer.TrainJobNameLabel, selection.Exists, nil); err == nil {
+		ours = ours.Add(*req)
+	}
+	byObject := map[client.Object]cache.ByObject{}
+	for _, pg := range podGroups {
+		byObject[pg] = cache.ByObject{Label: ours}
+	}
+	return cache.Options{ByObject: byObject}, nil
+}
+
+// installedPodGroupKinds returns the PodGroup kinds whose CRDs the cluster serves. Without them
+// the manager still runs; TrainJobs that need a missing kind are told so in their status. A CRD
+// installed later is picked up when the manager restarts.
+func installedPodGroupKinds(mapper apimeta.RESTMapper, scheme *runtime.Scheme) ([]client.Object, error) {
+	var installed []client.Object
+	for _, pg := range podGroupKinds() {
+		gvk, err := apiutil.GVKForObject(pg, scheme)
+		if err != nil {
+			return nil, err
+		}
+		switch _, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); {
+		case err == nil:
+			installed = append(installed, pg)
+		case !apimeta.IsNoMatchError(err):
+			return nil, err
+		}
+	}
+	return installed, nil
+}

@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"context"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// ownsTrainJob is a controller's event filter: whether it reconciles a TrainJob. Only TrainJobs
+// this operator manages, and whose runtime ownsRuntime takes; a runtime that cannot be read is
+// passed as nil.
+func ownsTrainJob(c client.Reader, ownsRuntime func(*trainer.TrainingRuntimeSpec) bool) func(*trainer.TrainJob) bool {
+	return func(tj *trainer.TrainJob) bool {
+		if !tj.ManagedByOperator() {
+			return false
+		}
+		rt, err := trainingruntime.Resolve(context.Background(), c, tj)
+		if err != nil {
+			return ownsRuntime(nil)
+		}
+		return ownsRuntime(rt.Spec)
+	}
+}
+
+// ownsRuntime tells whether a framework controller reconciles the TrainJobs of a runtime: that
+// is decided by its ML policy alone. TrainJobs whose runtime cannot be read (nil) go to the
+// plain controller, which reports them.
+func (r *TrainJobReconciler) ownsRuntime(spec *trainer.TrainingRuntimeSpec) bool {
+	var policy *trainer.MLPolicy
+	if spec != nil {
+		policy = spec.MLPolicy
+	}
+	return framework.Select(r.frameworks, policy) == r.framework
+}
+
+// namesake queues the TrainJob a child is named after, if owns says it is the controller's. Its
+// JobSet and PodGroup are named after it; so is a JobSet someone else made first, whose deletion
+// lets the TrainJob go on.
+func namesake(c client.Client, owns func(*trainer.TrainJob) bool) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		key := client.ObjectKeyFromObject(o)
+		tj := &trainer.TrainJob{}
+		if err := c.Get(ctx, key, tj); err != nil || !owns(tj) {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: key}}
+	}
+}
+
+// runtimeUsers queues the unfinished TrainJobs that use a changed runtime, if ownsRuntime takes
+// it, so that a fixed runtime rebuilds the TrainJobs that failed to build from it, and a runtime
+// that changes framework hands its TrainJobs to the new framework's controller. The runtime is
+// at hand: it is judged once, not read again for each of its TrainJobs.
+func runtimeUsers(c client.Client, ownsRuntime func(*trainer.TrainingRuntimeSpec) bool) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		kind := trainer.ClusterTrainingRuntimeKind
+		var spec *trainer.TrainingRuntimeSpec
+		var opts []client.ListOption
+		switch rt := o.(type) {
+		case *trainer.ClusterTrainingRuntime:
+			spec = &rt.Spec
+		case *trainer.TrainingRuntime:
+			kind, spec = trainer.TrainingRuntimeKind, &rt.Spec
+			opts = append(opts, client.InNamespace(rt.Namespace))
+		}
+		if spec == nil || !ownsRuntime(spec) {
+			return nil
+		}
+		tjs := &trainer.TrainJobList{}
+		opts = append(opts, client.MatchingFields{runtimeRefIndex: kind + "/" + o.GetName()})
+		if err := c.List(ctx, tjs, opts...); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the TrainJobs of a runtime", "runtime", o.GetName())
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range tjs.Items {
+			if tj := &tjs.Items[i]; tj.ManagedByOperator() && !finished(tj) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tj)})
+			}
+		}
+		return reqs
+	}
+}
