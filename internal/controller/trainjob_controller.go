@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetac "sigs.k8s.io/jobset/client-go/applyconfiguration/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/build"
@@ -197,16 +198,19 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	return ctrl.Result{}, nil
 }
 
-// setJobSetSuspend sets the JobSet's spec.suspend, and nothing else of it. A merge patch, not an
-// apply: an apply by the operator's field manager that held only spec.suspend would remove every
-// other field the operator applied.
+// setJobSetSuspend sets the JobSet's spec.suspend, and nothing else of it, with server-side apply
+// like every write of the JobSet, under a field manager of its own: an apply by the builder's
+// manager that held only spec.suspend would remove every other field that manager applied. The
+// apply carries the JobSet's resourceVersion, so that it changes the JobSet that was read and
+// never creates one (an apply of a JobSet deleted meanwhile would create an empty one): a JobSet
+// changed meanwhile is a conflict, and the TrainJob is reconciled again.
 func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1alpha2.JobSet, suspend bool) error {
 	if ptr.Deref(js.Spec.Suspend, false) == suspend {
 		return nil
 	}
-	patch := client.MergeFrom(js.DeepCopy())
-	js.Spec.Suspend = ptr.To(suspend)
-	if err := r.client.Patch(ctx, js, patch, client.FieldOwner(fieldManager(r.framework))); err != nil {
+	ac := jobsetac.JobSet(js.Name, js.Namespace).WithResourceVersion(js.ResourceVersion).
+		WithSpec(jobsetac.JobSetSpec().WithSuspend(suspend))
+	if err := r.client.Apply(ctx, ac, client.FieldOwner(fieldManager(r.framework)+"-suspend"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("setting suspend of JobSet %s to %t: %w", klog.KObj(js), suspend, err)
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Set JobSet suspend", "jobSet", klog.KObj(js), "suspend", suspend)

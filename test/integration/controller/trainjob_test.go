@@ -202,13 +202,15 @@ func TestSuspendingARunningTrainJobSuspendsItsJobSet(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
 	})
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) })
-	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+	js := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
 		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
 	})
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason)
 		assert.Equal(c, trainer.TrainJobSuspended, tj.Status.Conditions[0].Type, "STATE shows Suspended")
 	})
+	// One write style: the JobSet is only ever applied, the suspend flag by a manager of its own.
+	assert.ElementsMatch(t, []string{"trainer.kubeflow.org/plain/Apply", "trainer.kubeflow.org/plain-suspend/Apply"}, managers(js))
 }
 
 func TestRunningJobSetIsNotRewritten(t *testing.T) {
