@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -248,18 +246,6 @@ func TestMultiKueueTrainJobIsLeftAlone(t *testing.T) {
 	assert.True(t, client.IgnoreNotFound(err) == nil && err != nil, "the operator made a JobSet for a TrainJob MultiKueue manages: %v", err)
 }
 
-// warningCollector collects the warnings the API server sends back.
-type warningCollector struct {
-	sync.Mutex
-	texts []string
-}
-
-func (w *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
-	w.Lock()
-	defer w.Unlock()
-	w.texts = append(w.texts, text)
-}
-
 // TestKueueDropsFieldsUpstreamLacks shows what the operator warns about at admission: Kueue
 // updates a TrainJob with upstream Kubeflow Trainer's Go types, and so drops spec.labels and
 // spec.podSpecOverrides, which those types lack. spec.runtimePatches, which they have, survive.
@@ -267,10 +253,7 @@ func TestKueueDropsFieldsUpstreamLacks(t *testing.T) {
 	ns := newNamespace(t)
 	kueueQueue(t, ns, 1, "4", "4")
 	kueueRuntime(t, ns, time.Second)
-	warnings := &warningCollector{}
-	cfg := rest.CopyConfig(cluster.Env.Config)
-	cfg.WarningHandler = warnings
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	c, warnings, err := testenv.ClientWithWarnings(cluster.Env.Config)
 	require.NoError(t, err)
 
 	mine := trainer.RuntimePatch{Manager: "team-a", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
@@ -282,8 +265,8 @@ func TestKueueDropsFieldsUpstreamLacks(t *testing.T) {
 	tj.Labels = map[string]string{queueLabel: "queue"}
 	tj.Spec.Labels = map[string]string{"team": "a"}
 	require.NoError(t, c.Create(context.Background(), tj))
-	assert.Contains(t, warnings.texts, "spec.podSpecOverrides: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches")
-	assert.Contains(t, warnings.texts, "spec.labels: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches")
+	assert.Contains(t, warnings.Texts(), "spec.podSpecOverrides: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches")
+	assert.Contains(t, warnings.Texts(), "spec.labels: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches")
 
 	got := waitForComplete(t, tj)
 	assert.Empty(t, got.Spec.PodSpecOverrides, "Kueue kept spec.podSpecOverrides: the warning is out of date")

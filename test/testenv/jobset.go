@@ -93,11 +93,12 @@ func (c *Cluster) serveWebhooks(name string, mutating []*admissionv1.MutatingWeb
 	})
 }
 
-// jobSetConfig is the configuration file of the JobSet controller: no leader election, no
-// certificate management of its own (the webhook certificate is envtest's, in certDir), the
-// webhook server on loopback, and a client rate that keeps up with thousands of JobSets.
-func jobSetConfig(hooks envtest.WebhookInstallOptions) string {
-	return `apiVersion: config.jobset.x-k8s.io/v1alpha1
+// controllerConfig is the configuration file of a controller built on controller-runtime's
+// config API (JobSet's, Kueue's): no leader election, no certificate management of its own (the
+// webhook certificate is envtest's, in certDir), the webhook server on loopback, a client rate
+// that keeps up with thousands of objects, and then more, the controller's own settings.
+func controllerConfig(apiVersion string, hooks envtest.WebhookInstallOptions, more string) string {
+	return `apiVersion: ` + apiVersion + `
 kind: Configuration
 leaderElection:
   leaderElect: false
@@ -110,7 +111,7 @@ webhook:
   host: ` + hooks.LocalServingHost + `
   port: ` + strconv.Itoa(hooks.LocalServingPort) + `
   certDir: ` + hooks.LocalServingCertDir + `
-`
+` + more
 }
 
 // startJobSet starts the JobSet controller, serving JobSet's webhooks on loopback.
@@ -121,7 +122,7 @@ func (c *Cluster) startJobSet(kubeconfig string) error {
 	}
 	return c.serveWebhooks("JobSet", mutating, validating, func(hooks envtest.WebhookInstallOptions) error {
 		config := filepath.Join(c.Dir, "jobset.yaml")
-		if err := os.WriteFile(config, []byte(jobSetConfig(hooks)), 0o600); err != nil {
+		if err := os.WriteFile(config, []byte(controllerConfig("config.jobset.x-k8s.io/v1alpha1", hooks, "")), 0o600); err != nil {
 			return err
 		}
 		return c.run("jobset-controller", []string{"KUBECONFIG=" + kubeconfig},

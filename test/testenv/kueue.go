@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -25,32 +24,16 @@ func kueueWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv
 	})
 }
 
-// kueueConfig is Kueue's configuration file: the TrainJob integration only, no leader election, no
-// certificate management of its own (the webhook certificate is envtest's, in certDir), the webhook
-// server on loopback, no metrics or health servers (their ports would collide between clusters).
-func kueueConfig(hooks envtest.WebhookInstallOptions) string {
-	return `apiVersion: config.kueue.x-k8s.io/v1beta2
-kind: Configuration
-leaderElection:
-  leaderElect: false
-internalCertManagement:
-  enable: false
-health:
+// kueueConfig is Kueue's configuration: the TrainJob integration only, and no metrics or health
+// servers (their ports would collide between clusters).
+const kueueConfig = `health:
   healthProbeBindAddress: "0"
 metrics:
   bindAddress: "0"
-clientConnection:
-  qps: 500
-  burst: 500
-webhook:
-  host: ` + hooks.LocalServingHost + `
-  port: ` + strconv.Itoa(hooks.LocalServingPort) + `
-  certDir: ` + hooks.LocalServingCertDir + `
 integrations:
   frameworks:
   - trainer.kubeflow.org/trainjob
 `
-}
 
 // kueueMetricsCertDir is where Kueue, when it does not manage its certificates itself, reads the
 // certificate of its metrics server, whether or not that server runs. The path is fixed in
@@ -96,7 +79,7 @@ func (c *Cluster) startKueue(kubeconfig string) error {
 			return err
 		}
 		config := filepath.Join(c.Dir, "kueue.yaml")
-		if err := os.WriteFile(config, []byte(kueueConfig(hooks)), 0o600); err != nil {
+		if err := os.WriteFile(config, []byte(controllerConfig("config.kueue.x-k8s.io/v1beta2", hooks, kueueConfig)), 0o600); err != nil {
 			return err
 		}
 		// The visibility server is an aggregated API that the local cluster does not register.

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -257,39 +255,21 @@ func TestRuntimeDefaults(t *testing.T) {
 	}
 }
 
-// warnings collects the warnings the API server sends back.
-type warnings struct {
-	sync.Mutex
-	texts []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
-	w.Lock()
-	defer w.Unlock()
-	w.texts = append(w.texts, text)
-}
-
 func TestAMissingRuntimeIsAWarning(t *testing.T) {
 	ns := newNamespace(t)
-	collected := &warnings{}
-	cfg := rest.CopyConfig(restCfg)
-	cfg.WarningHandler = collected
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	c, collected, err := testenv.ClientWithWarnings(restCfg)
 	require.NoError(t, err)
 
 	tj := utiltesting.MakeTrainJob("early", ns).RuntimeRef(trainer.TrainingRuntimeKind, "later").Obj()
 	require.NoError(t, c.Create(context.Background(), tj), "a TrainJob whose runtime may still come was refused")
-	assert.Equal(t, []string{`spec.runtimeRef: TrainingRuntime "later": not found: the TrainJob fails unless it is created within seconds`}, collected.texts)
+	assert.Equal(t, []string{`spec.runtimeRef: TrainingRuntime "later": not found: the TrainJob fails unless it is created within seconds`}, collected.Texts())
 }
 
 // A TrainJob queued by Kueue is warned about the fields Kueue's updates drop and the shapes it
 // cannot read; the same TrainJob without a queue is not.
 func TestKueueWarnings(t *testing.T) {
 	ns := newNamespace(t)
-	collected := &warnings{}
-	cfg := rest.CopyConfig(restCfg)
-	cfg.WarningHandler = collected
-	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	c, collected, err := testenv.ClientWithWarnings(restCfg)
 	require.NoError(t, err)
 
 	tj := func(name string) *trainer.TrainJob {
@@ -299,7 +279,7 @@ func TestKueueWarnings(t *testing.T) {
 		return o
 	}
 	require.NoError(t, c.Create(context.Background(), tj("unqueued")))
-	assert.Empty(t, collected.texts)
+	assert.Empty(t, collected.Texts())
 
 	queued := tj("queued")
 	queued.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
@@ -308,5 +288,5 @@ func TestKueueWarnings(t *testing.T) {
 		"spec.podSpecOverrides: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
 		"spec.labels: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
 		`spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read "auto": write a number`,
-	}, collected.texts)
+	}, collected.Texts())
 }
