@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -27,6 +26,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -88,22 +88,13 @@ const (
 	interval = 100 * time.Millisecond
 )
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
-	require.NoError(t, k8sClient.Create(context.Background(), ns))
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return utiltesting.NewNamespace(t, k8sClient, "e2e") }
 
 // waitForTrainJob waits for the TrainJob to satisfy check, and returns it.
 func waitForTrainJob(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, tj *trainer.TrainJob)) *trainer.TrainJob {
 	t.Helper()
-	got := &trainer.TrainJob{}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got))
-		check(c, got)
-	}, timeout, interval, "TrainJob %s", client.ObjectKeyFromObject(tj))
-	return got
+	return utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval},
+		client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, check)
 }
 
 // isTrue checks that the TrainJob's condition is True.

@@ -4,7 +4,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,12 +13,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -41,12 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 // newNamespace creates a namespace of its own for one test.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "api-"}}
-	require.NoError(t, k8sClient.Create(context.Background(), ns))
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return utiltesting.NewNamespace(t, k8sClient, "api") }
 
 // getTable lists a resource of the trainer group in a namespace the way kubectl get does: as a
 // server-side table built from the CRD's printer columns.

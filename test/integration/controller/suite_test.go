@@ -12,9 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -22,6 +20,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -87,33 +86,20 @@ const (
 	interval = 50 * time.Millisecond
 )
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ctrl-"}}
-	require.NoError(t, k8sClient.Create(context.Background(), ns))
-	return ns.Name
-}
+var polling = utiltesting.Polling{Timeout: timeout, Interval: interval}
+
+func newNamespace(t *testing.T) string { return utiltesting.NewNamespace(t, k8sClient, "ctrl") }
 
 // waitForTrainJob waits for the TrainJob's status to satisfy check.
 func waitForTrainJob(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, tj *trainer.TrainJob)) *trainer.TrainJob {
 	t.Helper()
-	got := &trainer.TrainJob{}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got))
-		check(c, got)
-	}, timeout, interval)
-	return got
+	return utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, check)
 }
 
 // waitForJobSet waits for the TrainJob's JobSet to exist and satisfy check.
 func waitForJobSet(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, js *jobsetv1alpha2.JobSet)) *jobsetv1alpha2.JobSet {
 	t.Helper()
-	js := &jobsetv1alpha2.JobSet{}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
-		check(c, js)
-	}, timeout, interval)
-	return js
+	return utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}, check)
 }
 
 // eventReasons lists the type and reason of each event about an object.

@@ -11,16 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainjob/operator/internal/controller"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -56,12 +54,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-"}}
-	require.NoError(t, k8sClient.Create(context.Background(), ns))
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return utiltesting.NewNamespace(t, k8sClient, "webhook") }
 
 const (
 	timeout  = 20 * time.Second
