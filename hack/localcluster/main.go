@@ -117,8 +117,8 @@ func run() error {
 	}
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
-Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler, and the
-operator's webhooks (served at %s).%s
+Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler, Kueue,
+and the operator's webhooks (served at %s).%s
   kubeconfig: %s
   logs of the cluster's programs: %s
 Try, in another terminal:
