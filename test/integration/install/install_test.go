@@ -101,7 +101,8 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 		{"team-a", "watch", "secrets", false},
 		{"team-a", "update", "secrets", false},
 		{"team-a", "delete", "secrets", false},
-		{"", "list", "secrets", false}, // all namespaces
+		{"team-a", "patch", "secrets", true}, // Only to take over a TrainJob's key Secret left by its namesake.
+		{"", "list", "secrets", false},       // all namespaces
 		{namespace, "get", "secrets", true},
 		{namespace, "update", "secrets", true},
 		{namespace, "delete", "secrets", false},
@@ -130,7 +131,8 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 		})
 	}
 
-	// The rendered ClusterRole says the same on paper: Secrets, create only, and no wildcard.
+	// The rendered ClusterRole says the same on paper: Secrets, create and patch only, and no
+	// wildcard.
 	for _, obj := range installed {
 		if obj.GetKind() != "ClusterRole" {
 			continue
@@ -141,7 +143,7 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 			assert.NotContains(t, rule.Resources, "*", "ClusterRole %s grants every resource", role.Name)
 			assert.NotContains(t, rule.Verbs, "*", "ClusterRole %s grants every verb", role.Name)
 			if assert.NotContains(t, rule.APIGroups, "*") && containsAny(rule.Resources, "secrets") {
-				assert.Equal(t, []string{"create"}, rule.Verbs, "ClusterRole %s on Secrets", role.Name)
+				assert.Equal(t, []string{"create", "patch"}, rule.Verbs, "ClusterRole %s on Secrets", role.Name)
 			}
 		}
 	}
