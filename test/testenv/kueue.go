@@ -8,7 +8,10 @@ import (
 	"slices"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
 
 // kueueToolsModule is the build-only module bin/kueue is built from (see hack/tools.mk).
@@ -17,11 +20,36 @@ const kueueToolsModule = "hack/tools/kueue"
 // kueueWebhooks returns Kueue's webhooks for its own objects and for TrainJobs: the only
 // integration the local cluster turns on. A release installs webhooks for every workload kind
 // (pods, Jobs, JobSets, ...), which a disabled integration answers with a no-op; leaving them out
-// keeps Kueue off the path of every other object of the cluster.
+// keeps Kueue off the path of every other object of the cluster. Its TrainJob webhooks see only
+// TrainJobs that name a queue, as docs/kueue.md recommends: unscoped, they read every TrainJob
+// with upstream Trainer's types (refusing those they cannot decode) and refuse any change to a
+// TrainJob whose runtime is gone, queued or not.
 func kueueWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
-	return moduleWebhooks(kueueCRD, "kueue-", func(r admissionv1.RuleWithOperations) bool {
+	mutating, validating, err := moduleWebhooks(kueueCRD, "kueue-", func(r admissionv1.RuleWithOperations) bool {
 		return slices.Contains(r.APIGroups, "kueue.x-k8s.io") || slices.Contains(r.Resources, "trainjobs")
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: operatorwebhook.KueueQueueLabel, Operator: metav1.LabelSelectorOpExists}}}
+	forTrainJobs := func(rules []admissionv1.RuleWithOperations) bool {
+		return slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.Resources, "trainjobs") })
+	}
+	for _, m := range mutating {
+		for i := range m.Webhooks {
+			if forTrainJobs(m.Webhooks[i].Rules) {
+				m.Webhooks[i].ObjectSelector = queued
+			}
+		}
+	}
+	for _, v := range validating {
+		for i := range v.Webhooks {
+			if forTrainJobs(v.Webhooks[i].Rules) {
+				v.Webhooks[i].ObjectSelector = queued
+			}
+		}
+	}
+	return mutating, validating, nil
 }
 
 // kueueConfig is Kueue's configuration: the TrainJob integration only, and no metrics or health
