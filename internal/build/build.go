@@ -64,8 +64,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 
 	steps := []func(*framework.Draft) error{
 		applyTrainer,
-		func(b *framework.Draft) error { return checkReservedEnv(b, fw) },
-		func(b *framework.Draft) error { return checkNumProcPerNode(b, fw) },
+		func(b *framework.Draft) error { return checkTrainJob(b, fw) },
 		applyInitializers,
 		fw.Apply,
 		applyPodPatches,

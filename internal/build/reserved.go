@@ -1,10 +1,12 @@
 package build
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trainjob/operator/internal/framework"
@@ -51,4 +53,16 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework) error {
 		}
 	}
 	return errs.ToAggregate()
+}
+
+// checkTrainJob runs the checks of the TrainJob's fields against its runtime and framework that
+// need nothing built yet, and returns every error they find, so that admission lists them all. A
+// fault of the runtime's own is returned alone: the TrainJob cannot fix it.
+func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
+	err := checkReservedEnv(b, fw)
+	var re *framework.RuntimeError
+	if errors.As(err, &re) {
+		return err
+	}
+	return utilerrors.NewAggregate([]error{err, checkNumProcPerNode(b, fw)})
 }

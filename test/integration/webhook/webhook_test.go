@@ -111,9 +111,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			o.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{TargetJobs: []string{"launcher"}}, {TargetJobs: []string{"worker"}}}
 		}), []string{`is invalid: [spec.trainer.env[0].name: Forbidden: PET_NNODES is set by the torch framework`,
 			`spec.podSpecOverrides[0].targetJobs[0]: Invalid value: "launcher"`, `spec.podSpecOverrides[1].targetJobs[0]: Invalid value: "worker"`}},
-		{"processes per node for jax, which runs one per node", tjWith("jax-distributed", func(o *trainer.TrainJob) {
+		{"processes per node for jax, which runs one per node, and a patch of a job jax lacks", tjWith("jax-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromInt32(4))}
-		}), []string{`spec.trainer.numProcPerNode: Forbidden: ClusterTrainingRuntime "jax-distributed" runs the jax framework, which does not use it (torch and mpi do)`}},
+			o.Spec.RuntimePatches = []trainer.RuntimePatch{utiltesting.JobPatch("me", utiltesting.PodPatch("launcher", nil, nil))}
+		}), []string{`spec.trainer.numProcPerNode: Forbidden: ClusterTrainingRuntime "jax-distributed" runs the jax framework, which does not use it (torch and mpi do)`,
+			`spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name: Invalid value: "launcher"`}},
 		{"jax env set by hand", tjWith("jax-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("JAX_PROCESS_ID", "0")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: JAX_PROCESS_ID is set by the jax framework"}},
