@@ -5,10 +5,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -21,8 +21,9 @@ func jobSetWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admission
 // moduleWebhooks returns the webhook configurations a controller's release installs (kustomize of
 // its config/components/webhook, from the module cache of the module crd names), renamed with a
 // prefix so that they do not collide with the operator's, which controller-gen names the same.
-// keep, when set, says which of their webhooks to keep.
-func moduleWebhooks(of crd, prefix string, keep func(admissionv1.RuleWithOperations) bool) ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
+// edit, when set, is asked of each webhook, by its rules, whether to keep it and which objects it
+// sees (nil: all, as installed).
+func moduleWebhooks(of crd, prefix string, edit webhookEdit) ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
 	dir, err := moduleDirIn(of.in, of.module)
 	if err != nil {
 		return nil, nil, err
@@ -52,18 +53,42 @@ func moduleWebhooks(of crd, prefix string, keep func(admissionv1.RuleWithOperati
 		}
 		into.SetName(prefix + obj.GetName())
 	}
-	if keep != nil {
+	if edit != nil {
 		for _, m := range mutating {
-			m.Webhooks = slices.DeleteFunc(m.Webhooks, func(w admissionv1.MutatingWebhook) bool { return !slices.ContainsFunc(w.Rules, keep) })
+			kept := m.Webhooks[:0]
+			for _, w := range m.Webhooks {
+				if edit.apply(w.Rules, &w.ObjectSelector) {
+					kept = append(kept, w)
+				}
+			}
+			m.Webhooks = kept
 		}
 		for _, v := range validating {
-			v.Webhooks = slices.DeleteFunc(v.Webhooks, func(w admissionv1.ValidatingWebhook) bool { return !slices.ContainsFunc(w.Rules, keep) })
+			kept := v.Webhooks[:0]
+			for _, w := range v.Webhooks {
+				if edit.apply(w.Rules, &w.ObjectSelector) {
+					kept = append(kept, w)
+				}
+			}
+			v.Webhooks = kept
 		}
 	}
 	if len(mutating) == 0 || len(validating) == 0 {
 		return nil, nil, fmt.Errorf("no webhook configurations in %s's %s", of.module, dir)
 	}
 	return mutating, validating, nil
+}
+
+// webhookEdit says, from a webhook's rules, whether to keep it and which objects it sees (nil: all).
+type webhookEdit func([]admissionv1.RuleWithOperations) (keep bool, objectSelector *metav1.LabelSelector)
+
+// apply reports whether to keep the webhook of these rules, and sets its object selector.
+func (e webhookEdit) apply(rules []admissionv1.RuleWithOperations, selector **metav1.LabelSelector) bool {
+	keep, sel := e(rules)
+	if sel != nil {
+		*selector = sel
+	}
+	return keep
 }
 
 // serveWebhooks installs webhook configurations pointed at a server on loopback with a

@@ -25,31 +25,13 @@ const kueueToolsModule = "hack/tools/kueue"
 // with upstream Trainer's types (refusing those they cannot decode) and refuse any change to a
 // TrainJob whose runtime is gone, queued or not.
 func kueueWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
-	mutating, validating, err := moduleWebhooks(kueueCRD, "kueue-", func(r admissionv1.RuleWithOperations) bool {
-		return slices.Contains(r.APIGroups, "kueue.x-k8s.io") || slices.Contains(r.Resources, "trainjobs")
-	})
-	if err != nil {
-		return nil, nil, err
-	}
 	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: operatorwebhook.KueueQueueLabel, Operator: metav1.LabelSelectorOpExists}}}
-	forTrainJobs := func(rules []admissionv1.RuleWithOperations) bool {
-		return slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.Resources, "trainjobs") })
-	}
-	for _, m := range mutating {
-		for i := range m.Webhooks {
-			if forTrainJobs(m.Webhooks[i].Rules) {
-				m.Webhooks[i].ObjectSelector = queued
-			}
+	return moduleWebhooks(kueueCRD, "kueue-", func(rules []admissionv1.RuleWithOperations) (bool, *metav1.LabelSelector) {
+		if slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.Resources, "trainjobs") }) {
+			return true, queued
 		}
-	}
-	for _, v := range validating {
-		for i := range v.Webhooks {
-			if forTrainJobs(v.Webhooks[i].Rules) {
-				v.Webhooks[i].ObjectSelector = queued
-			}
-		}
-	}
-	return mutating, validating, nil
+		return slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.APIGroups, "kueue.x-k8s.io") }), nil
+	})
 }
 
 // kueueConfig is Kueue's configuration: the TrainJob integration only, and no metrics or health
