@@ -1,24 +1,40 @@
 package build
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trainjob/operator/internal/framework"
 )
 
+// checkTrainJob runs the checks of the TrainJob's fields against its runtime and framework that
+// need nothing built yet (the jobs its overrides and patches name, the framework's env vars set by
+// hand, numProcPerNode), and returns every error they find, so that admission lists them all. A
+// fault of the runtime's own is returned alone: the TrainJob cannot fix it.
+func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
+	patches, targetErrs := podPatches(b)
+	errs, err := checkReservedEnv(b, fw, patches)
+	if err != nil {
+		return err
+	}
+	errs = append(errs, targetErrs...)
+	if err := checkNumProcPerNode(b, fw); err != nil {
+		errs = append(errs, err)
+	}
+	return errs.ToAggregate()
+}
+
 // checkReservedEnv refuses a TrainJob or runtime that sets, on the trainer container, an env var
 // the framework sets itself: the framework's value would silently replace it, or it would
-// silently replace the framework's and break the distributed setup.
-func checkReservedEnv(b *framework.Draft, fw framework.Framework) error {
+// silently replace the framework's and break the distributed setup. The TrainJob's are errors of
+// the list; the runtime's is a *framework.RuntimeError.
+func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podPatch) (field.ErrorList, error) {
 	reserved := fw.ReservedEnv()
 	if len(reserved) == 0 {
-		return nil
+		return nil, nil
 	}
 	// check returns the errors of the reserved vars of env, whose list is at path.
 	check := func(env []corev1.EnvVar, path *field.Path) field.ErrorList {
@@ -33,14 +49,12 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework) error {
 	}
 
 	if errs := check(b.RuntimeTrainerContainer().Env, b.TrainerContainerPath().Child("env")); len(errs) > 0 {
-		return b.RuntimeError(errs[0])
+		return nil, b.RuntimeError(errs[0])
 	}
 	var errs field.ErrorList
 	if t := b.TrainJob.Spec.Trainer; t != nil {
 		errs = append(errs, check(t.Env, framework.TrainerPath.Child("env"))...)
 	}
-	patches, patchErrs := podPatches(b)
-	errs = append(errs, patchErrs...)
 	container := b.TrainerContainer().Name
 	for _, p := range patches {
 		if !slices.Contains(p.jobs, b.TrainerJobIndex()) {
@@ -52,17 +66,5 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework) error {
 			}
 		}
 	}
-	return errs.ToAggregate()
-}
-
-// checkTrainJob runs the checks of the TrainJob's fields against its runtime and framework that
-// need nothing built yet, and returns every error they find, so that admission lists them all. A
-// fault of the runtime's own is returned alone: the TrainJob cannot fix it.
-func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
-	err := checkReservedEnv(b, fw)
-	var re *framework.RuntimeError
-	if errors.As(err, &re) {
-		return err
-	}
-	return utilerrors.NewAggregate([]error{err, checkNumProcPerNode(b, fw)})
+	return errs, nil
 }

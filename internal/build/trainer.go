@@ -77,7 +77,7 @@ func applyTrainer(b *framework.Draft) error {
 
 // checkNumProcPerNode refuses spec.trainer.numProcPerNode for a framework that does not read it:
 // jax runs one process per node, xgboost sizes its workers itself, plain passes nothing on.
-func checkNumProcPerNode(b *framework.Draft, fw framework.Framework) error {
+func checkNumProcPerNode(b *framework.Draft, fw framework.Framework) *field.Error {
 	t := b.TrainJob.Spec.Trainer
 	if _, reads := fw.(framework.ProcessesPerNode); reads || t == nil || t.NumProcPerNode == nil {
 		return nil
