@@ -58,15 +58,47 @@ func (p *process) exited() error {
 	}
 }
 
-// stop sends SIGTERM to the process's group and waits for it, with SIGKILL after 10 s.
+// stop sends SIGTERM to the process's group and waits for it, with SIGKILL after 10 s. Stopping
+// a stopped process does nothing.
 func (p *process) stop() {
 	defer p.log.Close()
+	if p.exited() != nil {
+		return
+	}
 	pgid := -p.cmd.Process.Pid
 	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	var err error
 	select {
-	case <-p.done:
+	case err = <-p.done:
 	case <-time.After(10 * time.Second):
 		_ = syscall.Kill(pgid, syscall.SIGKILL)
-		<-p.done
+		err = <-p.done
 	}
+	p.done <- err // Keep it for exited.
 }
+
+// Program is a program started with StartProgram.
+type Program struct{ p *process }
+
+// StartProgram starts the binary name of the assets folder (bin/, such as bin/manager) with args
+// and env, logging to LogDir/name.log. The cluster stops it when it stops, if nobody did before.
+func (c *Cluster) StartProgram(name string, env []string, args ...string) (*Program, error) {
+	p, err := startProcess(c.LogDir(), name, env, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return &Program{p: p}, nil
+}
+
+// Pid is the program's process ID.
+func (p *Program) Pid() int { return p.p.cmd.Process.Pid }
+
+// Log is the path of the program's log file.
+func (p *Program) Log() string { return p.p.log.Name() }
+
+// Exited returns the program's exit error if it has exited, else nil.
+func (p *Program) Exited() error { return p.p.exited() }
+
+// Stop sends the program SIGTERM and waits until it exits, with SIGKILL after 10 s.
+func (p *Program) Stop() { p.p.stop() }

@@ -35,6 +35,8 @@ type crd struct{ in, module, path string }
 type settings struct {
 	crds     []crd
 	webhooks bool
+	// noJobSetWebhooks leaves JobSet's webhooks out of a bare API server.
+	noJobSetWebhooks bool
 	// local, when set, makes the environment a whole local cluster (StartLocal).
 	local *LocalOptions
 }
@@ -50,6 +52,10 @@ func WithoutPodGroupCRDs(s *settings) {
 // WithWebhooks installs the operator's webhook configurations (config/webhook), pointed at a
 // server on loopback with certificates envtest makes; StartManager serves them there.
 func WithWebhooks(s *settings) { s.webhooks = true }
+
+// WithoutJobSetWebhooks leaves JobSet's webhooks out of a bare API server, where StartManager
+// would serve them: for a manager run as its own program, which serves none.
+func WithoutJobSetWebhooks(s *settings) { s.noJobSetWebhooks = true }
 
 func newSettings(opts []Option) *settings {
 	s := &settings{crds: append([]crd{{path: "config/crd/bases"}, jobSetCRD}, podGroupCRDs...)}
@@ -112,7 +118,7 @@ func newEnv(s *settings) (*envtest.Environment, error) {
 		}
 		env.WebhookInstallOptions.Paths = []string{filepath.Join(root, "config", "webhook")}
 	}
-	if s.local == nil {
+	if s.local == nil && !s.noJobSetWebhooks {
 		// No JobSet controller runs: the manager serves JobSet's webhooks itself (StartManager),
 		// so that the operator hears JobSet's rules all the same.
 		mutating, validating, err := jobSetWebhooks()

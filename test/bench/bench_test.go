@@ -1,0 +1,124 @@
+// Package bench measures the operator against the least the API server must do for the same
+// result, in one run: `make bench`. Each measured run gets a fresh etcd and kube-apiserver, with
+// the operator's and JobSet's CRDs and no webhooks (the operator's and JobSet's would cost both
+// sides the same), and one of two writers:
+//
+//   - floor: the load generator itself writes what the operator would, per TrainJob: its create,
+//     its children (the MPI Secret and hostfile, the gang's PodGroup), its JobSet, and one status
+//     write. Nothing the API server does can be less.
+//   - operator: the load generator only creates the TrainJobs; bin/manager, run as its own
+//     program with cmd/main.go's defaults, does the rest.
+//
+// Both are watched the same way, so the watch's cost is the same on both sides. The figures are
+// printed per run, and as operator/floor ratios at the end. Timings are never asserted: the
+// benchmark measures, docs/performance.md records.
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+)
+
+var (
+	count        = flag.Int("trainjobs", 3000, "TrainJobs per measured run")
+	rate         = flag.Float64("rate", 0, "TrainJobs created per second, steadily; 0 creates them as fast as the clients can")
+	clients      = flag.Int("clients", 16, "clients creating TrainJobs at once")
+	workloadList = flag.String("workloads", "torch,mpi,gang", "the workloads to measure, of: "+strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
+	restart      = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
+)
+
+// comparisons are the measured pairs, printed at the end.
+var comparisons []comparison
+
+type comparison struct {
+	workload        string
+	floor, operator *result
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	printComparisons(os.Stdout, comparisons)
+	os.Exit(code)
+}
+
+// BenchmarkOperator measures each workload with the floor's writer, then the operator's, each in
+// a fresh API server. It runs once whatever -benchtime says: a run is already thousands of
+// TrainJobs.
+func BenchmarkOperator(b *testing.B) {
+	for _, name := range strings.Split(*workloadList, ",") {
+		w, ok := workloads[name]
+		if !ok {
+			b.Fatalf("unknown workload %q: choose among %s", name, strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
+		}
+		c := comparison{workload: name}
+		b.Run(name+"/floor", func(b *testing.B) { c.floor = measure(b, w, floorWriter) })
+		b.Run(name+"/operator", func(b *testing.B) { c.operator = measure(b, w, operatorWriter) })
+		if c.floor != nil && c.operator != nil {
+			comparisons = append(comparisons, c)
+		}
+	}
+}
+
+// printComparisons prints, per workload, the floor's figures, the operator's, and their ratio.
+func printComparisons(out io.Writer, cs []comparison) {
+	if len(cs) == 0 {
+		return
+	}
+	pace := "as fast as they can"
+	if *rate > 0 {
+		pace = fmt.Sprintf("at %.0f/s", *rate)
+	}
+	fmt.Fprintf(out, "\nN = %d TrainJobs per run, %d clients creating them %s\n\n", *count, *clients, pace)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tJobSets/s floor\toperator\tratio\tp99 ms floor\toperator\tratio\trequests/TJ floor\toperator\t409/TJ\tAPI CPU ms/TJ floor\toperator\tratio\tetcd CPU ratio\tmanager peak RSS MiB\t")
+	for _, c := range cs {
+		f, o := c.floor, c.operator
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", c.workload,
+			f.throughput(), o.throughput(), o.throughput()/f.throughput(),
+			ms(f.p(99)), ms(o.p(99)), ms(o.p(99))/ms(f.p(99)),
+			f.perTrainJob(f.requests), o.perTrainJob(o.requests), o.perTrainJob(o.conflicts),
+			f.apiCPUPerTrainJob(), o.apiCPUPerTrainJob(), o.apiCPUPerTrainJob()/f.apiCPUPerTrainJob(),
+			o.etcdCPU.Seconds()/f.etcdCPU.Seconds(), float64(o.managerPeakRSS)/(1<<20))
+	}
+	_ = w.Flush()
+	for _, c := range cs {
+		fmt.Fprintf(out, "\n%s: API requests per TrainJob, by verb, resource and code\n", c.workload)
+		printRequests(out, c.floor, c.operator)
+		if c.operator.restartWrites != nil {
+			fmt.Fprintf(out, "\n%s: writes by the restarted manager, with %d TrainJobs (half of them finished): %.0f\n",
+				c.workload, *count, total(c.operator.restartWrites))
+			for _, k := range slices.Sorted(maps.Keys(c.operator.restartWrites)) {
+				fmt.Fprintf(out, "  %s\t%.0f\n", k, c.operator.restartWrites[k])
+			}
+		}
+	}
+}
+
+// printRequests prints the floor's and the operator's requests per TrainJob side by side.
+func printRequests(out io.Writer, floor, operator *result) {
+	keys := slices.Sorted(maps.Keys(floor.requests))
+	for k := range operator.requests {
+		if _, ok := floor.requests[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  request\tfloor\toperator\t")
+	for _, k := range keys {
+		f, o := floor.requests[k]/float64(floor.n), operator.requests[k]/float64(operator.n)
+		if f < 0.001 && o < 0.001 {
+			continue
+		}
+		fmt.Fprintf(w, "  %s\t%.3f\t%.3f\t\n", k, f, o)
+	}
+	_ = w.Flush()
+}

@@ -1,0 +1,290 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// workload is what the TrainJobs of a run are: 2-node TrainJobs of a shipped runtime, gang
+// scheduled with coscheduling or not.
+type workload struct {
+	runtime      string
+	coscheduling bool
+}
+
+var workloads = map[string]workload{
+	"torch": {runtime: "torch-distributed"},
+	"mpi":   {runtime: "mpi-distributed"},
+	"gang":  {runtime: "torch-distributed", coscheduling: true},
+}
+
+// writer is who writes what a TrainJob runs as.
+type writer int
+
+const (
+	floorWriter writer = iota
+	operatorWriter
+)
+
+// result is what one measured run saw.
+type result struct {
+	n int
+	// elapsed is from the first TrainJob's create to the last of the N JobSets and Created
+	// conditions seen.
+	elapsed time.Duration
+	// latencies are each TrainJob's time from its create to its JobSet, sorted.
+	latencies []time.Duration
+	// requests and conflicts count the API server's requests during the run, by verb, resource
+	// and code; conflicts are those answered 409.
+	requests, conflicts map[string]float64
+	apiCPU, etcdCPU     time.Duration
+	managerPeakRSS      uint64
+	// restartWrites count the restarted manager's writes by verb, resource and code (-restart).
+	restartWrites map[string]float64
+}
+
+func (r *result) throughput() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+func (r *result) perTrainJob(m map[string]float64) float64 { return total(m) / float64(r.n) }
+
+func (r *result) apiCPUPerTrainJob() float64 { return ms(r.apiCPU) / float64(r.n) }
+
+// p is the q-th percentile of the latencies.
+func (r *result) p(q float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	return r.latencies[min(len(r.latencies)-1, int(float64(len(r.latencies))*q/100))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func total(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// measure runs N TrainJobs of a workload through a fresh API server with one writer.
+func measure(b *testing.B, w workload, wr writer) *result {
+	ctx := context.Background()
+	cluster, err := testenv.Start(testenv.WithoutJobSetWebhooks)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cluster.Stop()
+	fail := func(err error) {
+		b.Helper()
+		b.Fatalf("%v (the logs are in %s)", err, cluster.LogDir())
+	}
+	if err := cluster.Install(ctx, "config/runtimes"); err != nil {
+		fail(err)
+	}
+	rt, err := runtimeOf(ctx, cluster.Client, w)
+	if err != nil {
+		fail(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
+	if err := cluster.Client.Create(ctx, ns); err != nil {
+		fail(err)
+	}
+	obs, err := watch(ctx, cluster.Env.Config, *count)
+	if err != nil {
+		fail(err)
+	}
+	var mgr *manager
+	if wr == operatorWriter {
+		if mgr, err = startManager(cluster); err != nil {
+			fail(err)
+		}
+	}
+	cp, err := findControlPlane(cluster)
+	if err != nil {
+		fail(err)
+	}
+	before, err := cp.sample(ctx)
+	if err != nil {
+		fail(err)
+	}
+
+	start := time.Now()
+	if err := load(ctx, cluster.Client, ns.Name, rt, wr, obs); err != nil {
+		fail(err)
+	}
+	if err := obs.wait(10 * time.Minute); err != nil {
+		fail(err)
+	}
+	end := obs.last()
+	after, err := cp.sample(ctx)
+	if err != nil {
+		fail(err)
+	}
+
+	requests := after.requestsSince(before)
+	res := &result{
+		n:         *count,
+		elapsed:   end.Sub(start),
+		latencies: obs.latencies(),
+		requests:  requests,
+		conflicts: filter(requests, func(k requestKey) bool { return k.code == "409" }),
+		apiCPU:    after.apiCPU - before.apiCPU,
+		etcdCPU:   after.etcdCPU - before.etcdCPU,
+	}
+	if mgr != nil {
+		if res.managerPeakRSS, err = mgr.peakRSS(); err != nil {
+			fail(err)
+		}
+		if *restart {
+			if res.restartWrites, err = restartManager(ctx, cluster, cp, mgr, obs, w); err != nil {
+				fail(err)
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(res.throughput(), "jobsets/s")
+	b.ReportMetric(ms(res.p(50)), "p50-ms")
+	b.ReportMetric(ms(res.p(99)), "p99-ms")
+	b.ReportMetric(res.perTrainJob(res.requests), "requests/tj")
+	b.ReportMetric(res.perTrainJob(res.conflicts), "409s/tj")
+	b.ReportMetric(res.apiCPUPerTrainJob(), "apiserver-cpu-ms/tj")
+	if mgr != nil {
+		b.ReportMetric(float64(res.managerPeakRSS)/(1<<20), "manager-peak-MiB")
+	}
+	return res
+}
+
+// runtimeOf reads the shipped runtime of the workload, and makes a coscheduling copy of it when
+// the workload is a gang.
+func runtimeOf(ctx context.Context, c client.Client, w workload) (*trainingruntime.Runtime, error) {
+	rt := &trainer.ClusterTrainingRuntime{}
+	if err := c.Get(ctx, client.ObjectKey{Name: w.runtime}, rt); err != nil {
+		return nil, err
+	}
+	if w.coscheduling {
+		rt = &trainer.ClusterTrainingRuntime{
+			ObjectMeta: metav1.ObjectMeta{Name: w.runtime + "-coscheduling", Labels: rt.Labels},
+			Spec:       *rt.Spec.DeepCopy(),
+		}
+		rt.Spec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: trainer.PodGroupPolicySource{
+			Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](120)},
+		}}
+		if err := c.Create(ctx, rt); err != nil {
+			return nil, err
+		}
+	}
+	return &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: rt.Name, Spec: &rt.Spec}, nil
+}
+
+// load creates the run's TrainJobs from the clients at once, as fast as they can or at -rate.
+// With the floor's writer, each client also writes what the operator would for its TrainJob.
+func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.Runtime, wr writer, obs *observer) error {
+	fw := framework.Select(controller.Frameworks(), rt.Spec.MLPolicy)
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+		next    = make(chan int)
+	)
+	for range *clients {
+		wg.Go(func() {
+			for i := range next {
+				tj := &trainer.TrainJob{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tj-%d", i), Namespace: ns},
+					Spec: trainer.TrainJobSpec{
+						RuntimeRef: trainer.RuntimeRef{Name: rt.Name, Kind: ptr.To(rt.Kind)},
+						Trainer:    &trainer.Trainer{NumNodes: ptr.To[int32](2)},
+					},
+				}
+				obs.sent(tj.Name)
+				err := c.Create(ctx, tj)
+				if err == nil && wr == floorWriter {
+					err = writeAsTheOperator(ctx, c, tj, rt, fw)
+				}
+				if err != nil {
+					errOnce.Do(func() { first = fmt.Errorf("TrainJob %s: %w", tj.Name, err) })
+				}
+			}
+		})
+	}
+	var tick <-chan time.Time
+	if *rate > 0 {
+		ticker := time.NewTicker(time.Duration(float64(time.Second) / *rate))
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	for i := range *count {
+		if tick != nil {
+			<-tick
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// writeAsTheOperator is the floor's writer: the writes the operator makes for a new TrainJob,
+// and nothing else. It builds them with the operator's own pipeline, from the runtime read once.
+func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) error {
+	children, err := build.Build(tj, rt, fw)
+	if err != nil {
+		return err
+	}
+	owner := client.FieldOwner("bench")
+	for _, obj := range children.Create {
+		if err := c.Create(ctx, obj); err != nil {
+			return err
+		}
+	}
+	for _, ac := range children.Apply {
+		if err := c.Apply(ctx, ac, owner, client.ForceOwnership); err != nil {
+			return err
+		}
+	}
+	if children.PodGroup != nil {
+		if err := c.Apply(ctx, children.PodGroup, owner, client.ForceOwnership); err != nil {
+			return err
+		}
+	}
+	if err := c.Apply(ctx, children.JobSet, owner, client.ForceOwnership); err != nil {
+		return err
+	}
+	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
+		Type: trainer.TrainJobCreated, Status: metav1.ConditionTrue, Reason: trainer.TrainJobJobsCreatedReason,
+		Message: fmt.Sprintf("JobSet %q is created", tj.Name), ObservedGeneration: tj.Generation,
+	})
+	return c.Status().Update(ctx, tj)
+}
+
+// latencies are the observer's times from create to JobSet, sorted.
+func (o *observer) latencies() []time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var ds []time.Duration
+	for name, at := range o.jobSets {
+		if sent, ok := o.created[name]; ok {
+			ds = append(ds, at.Sub(sent))
+		}
+	}
+	slices.Sort(ds)
+	return ds
+}

@@ -1,0 +1,447 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// observer watches the run's JobSets (their metadata only) and TrainJobs, and notes when each
+// TrainJob was sent, when its JobSet appeared, and when it became Created and Complete.
+type observer struct {
+	n        int
+	mu       sync.Mutex
+	created  map[string]time.Time
+	jobSets  map[string]time.Time
+	ready    map[string]time.Time
+	complete map[string]bool
+	changed  chan struct{}
+}
+
+// watch starts an observer of n TrainJobs.
+func watch(ctx context.Context, cfg *rest.Config, n int) (*observer, error) {
+	o := &observer{
+		n: n, created: map[string]time.Time{}, jobSets: map[string]time.Time{},
+		ready: map[string]time.Time{}, complete: map[string]bool{}, changed: make(chan struct{}, 1),
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: testenv.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	jobSets := &metav1.PartialObjectMetadata{}
+	jobSets.SetGroupVersionKind(jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"))
+	inf, err := c.GetInformer(ctx, jobSets)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		o.note(o.jobSets, obj.(client.Object).GetName())
+	}}); err != nil {
+		return nil, err
+	}
+	if inf, err = c.GetInformer(ctx, &trainer.TrainJob{}); err != nil {
+		return nil, err
+	}
+	seen := func(obj any) {
+		tj := obj.(*trainer.TrainJob)
+		if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated) {
+			o.note(o.ready, tj.Name)
+		}
+		if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) {
+			o.mu.Lock()
+			o.complete[tj.Name] = true
+			o.mu.Unlock()
+			o.signal()
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, errors.New("the observer's cache did not sync")
+	}
+	return o, nil
+}
+
+// sent notes that the TrainJob is about to be created.
+func (o *observer) sent(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.created[name] = time.Now()
+}
+
+// note notes the first time something of the TrainJob was seen.
+func (o *observer) note(m map[string]time.Time, name string) {
+	o.mu.Lock()
+	if _, ok := m[name]; !ok {
+		m[name] = time.Now()
+	}
+	o.mu.Unlock()
+	o.signal()
+}
+
+func (o *observer) signal() {
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitUntil waits until done is true of the observer, or the timeout passes.
+func (o *observer) waitUntil(timeout time.Duration, what string, done func(*observer) bool) error {
+	deadline := time.After(timeout)
+	for {
+		o.mu.Lock()
+		ok := done(o)
+		status := fmt.Sprintf("%d JobSets, %d Created, %d Complete of %d TrainJobs", len(o.jobSets), len(o.ready), len(o.complete), o.n)
+		o.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-o.changed:
+		case <-time.After(time.Second):
+		case <-deadline:
+			return fmt.Errorf("timed out after %s waiting for %s: %s", timeout, what, status)
+		}
+	}
+}
+
+// wait waits until every TrainJob has its JobSet and is Created.
+func (o *observer) wait(timeout time.Duration) error {
+	return o.waitUntil(timeout, "every JobSet and Created condition", func(o *observer) bool {
+		return len(o.jobSets) == o.n && len(o.ready) == o.n
+	})
+}
+
+// last is when the last JobSet or Created condition was seen.
+func (o *observer) last() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var last time.Time
+	for _, m := range []map[string]time.Time{o.jobSets, o.ready} {
+		for _, t := range m {
+			if t.After(last) {
+				last = t
+			}
+		}
+	}
+	return last
+}
+
+// controlPlane is the run's kube-apiserver and etcd processes, and a client for the API server's
+// metrics.
+type controlPlane struct {
+	apiServer, etcd procfs.Proc
+	metrics         rest.Interface
+}
+
+// findControlPlane finds the cluster's kube-apiserver and etcd among this machine's processes by
+// the ports on their command lines.
+func findControlPlane(cluster *testenv.Cluster) (*controlPlane, error) {
+	cs, err := kubernetes.NewForConfig(cluster.Env.Config)
+	if err != nil {
+		return nil, err
+	}
+	cp := &controlPlane{metrics: cs.Discovery().RESTClient()}
+	apiPort := "--secure-port=" + cluster.Env.ControlPlane.APIServer.SecureServing.Port
+	etcdURL := cluster.Env.ControlPlane.Etcd.URL.Host
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil, err
+	}
+	found := 0
+	for _, p := range procs {
+		args, err := p.CmdLine()
+		if err != nil || len(args) == 0 {
+			continue
+		}
+		line := strings.Join(args, " ")
+		switch filepath.Base(args[0]) {
+		case "kube-apiserver":
+			if strings.Contains(line, apiPort+" ") || strings.HasSuffix(line, apiPort) {
+				cp.apiServer = p
+				found++
+			}
+		case "etcd":
+			if strings.Contains(line, "--listen-client-urls=http://"+etcdURL) {
+				cp.etcd = p
+				found++
+			}
+		}
+	}
+	if found != 2 {
+		return nil, fmt.Errorf("found %d of the cluster's kube-apiserver and etcd processes", found)
+	}
+	return cp, nil
+}
+
+// sample is the control plane's counters at a moment.
+type sample struct {
+	apiCPU, etcdCPU time.Duration
+	requests        map[requestKey]float64
+}
+
+// requestKey is a kind of API request, as apiserver_request_total counts them.
+type requestKey struct{ verb, resource, code string }
+
+func (k requestKey) String() string { return k.verb + " " + k.resource + " " + k.code }
+
+func (cp *controlPlane) sample(ctx context.Context) (*sample, error) {
+	s := &sample{requests: map[requestKey]float64{}}
+	var err error
+	if s.apiCPU, err = cpuTime(cp.apiServer); err != nil {
+		return nil, err
+	}
+	if s.etcdCPU, err = cpuTime(cp.etcd); err != nil {
+		return nil, err
+	}
+	data, err := cp.metrics.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	families, err := parseMetrics(data)
+	if err != nil {
+		return nil, err
+	}
+	if f, ok := families["apiserver_request_total"]; ok {
+		for _, m := range f.Metric {
+			l := map[string]string{}
+			for _, p := range m.Label {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["resource"] == "" {
+				continue // The metrics themselves, and other paths that are not objects.
+			}
+			resource := l["resource"]
+			if l["subresource"] != "" {
+				resource += "/" + l["subresource"]
+			}
+			s.requests[requestKey{l["verb"], resource, l["code"]}] += m.GetCounter().GetValue()
+		}
+	}
+	return s, nil
+}
+
+// requestsSince counts the requests between an earlier sample and this one.
+func (s *sample) requestsSince(before *sample) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range s.requests {
+		if d := v - before.requests[k]; d > 0 {
+			out[k.String()] = d
+		}
+	}
+	return out
+}
+
+func filter(m map[string]float64, keep func(requestKey) bool) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		f := strings.Fields(k)
+		if keep(requestKey{f[0], f[1], f[2]}) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func parseMetrics(data []byte) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(bytes.NewReader(data))
+}
+
+// cpuTime is the user and system CPU time a process has used.
+func cpuTime(p procfs.Proc) (time.Duration, error) {
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
+}
+
+// manager is bin/manager run as its own program, as cmd/main.go runs it, without webhooks, with
+// its metrics on loopback over HTTP.
+type manager struct {
+	cluster     *testenv.Cluster
+	program     *testenv.Program
+	metricsAddr string
+}
+
+func startManager(cluster *testenv.Cluster) (*manager, error) {
+	kubeconfig, err := cluster.Kubeconfig("manager")
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	m := &manager{cluster: cluster, metricsAddr: addr}
+	m.program, err = cluster.StartProgram("manager", []string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"},
+		"--metrics-bind-address="+addr, "--metrics-secure=false", "--health-probe-bind-address=0")
+	if err != nil {
+		return nil, err
+	}
+	return m, m.waitForWorkers()
+}
+
+// waitForWorkers waits until every controller of the manager has its cache and started its
+// workers, as its log says.
+func (m *manager) waitForWorkers() error {
+	want := len(controller.Frameworks()) + 1 // And the gang controller.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := m.program.Exited(); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(m.program.Log())
+		if err != nil {
+			return err
+		}
+		if bytes.Count(data, []byte("Starting workers")) >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager did not start its controllers within a minute; see %s", m.program.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// peakRSS is the most memory the manager's process has held.
+func (m *manager) peakRSS() (uint64, error) {
+	p, err := procfs.NewProc(m.program.Pid())
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
+	}
+	return st.VmHWM, nil
+}
+
+// reconciles reads the manager's metrics: the reconciles done, and the TrainJobs queued.
+func (m *manager) reconciles() (done, queued float64, err error) {
+	resp, err := http.Get("http://" + m.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(bufio.NewReader(resp.Body)); err != nil {
+		return 0, 0, err
+	}
+	families, err := parseMetrics(buf.Bytes())
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, m := range families["controller_runtime_reconcile_total"].GetMetric() {
+		done += m.GetCounter().GetValue()
+	}
+	for _, m := range families["workqueue_depth"].GetMetric() {
+		queued += m.GetGauge().GetValue()
+	}
+	return done, queued, nil
+}
+
+// settle waits until the manager has reconciled at least want times and its queues stayed empty
+// for two seconds.
+func (m *manager) settle(want float64) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	quietSince := time.Time{}
+	for time.Now().Before(deadline) {
+		done, queued, err := m.reconciles()
+		switch {
+		case err == nil && done >= want && queued == 0:
+			if quietSince.IsZero() {
+				quietSince = time.Now()
+			}
+			if time.Since(quietSince) >= 2*time.Second {
+				return nil
+			}
+		default:
+			quietSince = time.Time{}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the manager did not settle within 10 minutes; see %s", m.program.Log())
+}
+
+// restartManager finishes every other TrainJob's JobSet, waits until the manager has written it
+// to their status, restarts the manager, and counts the writes it makes until it settles: none
+// are needed, as nothing changed.
+func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, obs *observer, w workload) (map[string]float64, error) {
+	finished := 0
+	for i := 0; i < *count; i += 2 {
+		patch := fmt.Sprintf(`{"status":{"terminalState":"Completed","conditions":[{"type":"Completed","status":"True",`+
+			`"reason":"AllJobsCompleted","message":"jobset completed successfully","lastTransitionTime":%q}]}}`,
+			time.Now().UTC().Format(time.RFC3339))
+		js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "tj-" + strconv.Itoa(i)}}
+		if err := cluster.Client.Status().Patch(ctx, js, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return nil, err
+		}
+		finished++
+	}
+	if err := obs.waitUntil(5*time.Minute, "the finished JobSets' TrainJobs to be Complete", func(o *observer) bool {
+		return len(o.complete) == finished
+	}); err != nil {
+		return nil, err
+	}
+	m.program.Stop()
+	before, err := cp.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m, err = startManager(cluster); err != nil {
+		return nil, err
+	}
+	// Every TrainJob is reconciled once at start; a gang's by the gang controller as well.
+	want := float64(*count)
+	if w.coscheduling {
+		want *= 2
+	}
+	if err := m.settle(want); err != nil {
+		return nil, err
+	}
+	after, err := cp.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return filter(after.requestsSince(before), func(k requestKey) bool {
+		return k.verb != "GET" && k.verb != "LIST" && k.verb != "WATCH"
+	}), nil
+}
