@@ -1,6 +1,7 @@
 package controller
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -9,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -20,12 +22,13 @@ func podGroupKinds() []client.Object {
 	return []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}}
 }
 
-// CacheOptions keep the manager's cache to what the controllers need: of PodGroups, a kind that
-// may exist in large numbers in a cluster, only those the operator created, by their
-// trainer.kubeflow.org/trainjob-name label. ConfigMaps (MPI hostfiles) are only written, never
-// read, so they are not cached at all. The cache
-// cannot be configured for a kind the cluster does not serve, so it asks which PodGroup CRDs
-// are installed.
+// CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
+// little with each TrainJob: no object's managed fields; of a JobSet, its metadata, spec.suspend
+// and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an annotation;
+// of PodGroups, a kind that may exist in large numbers in a cluster, only those the operator
+// created, by their trainer.kubeflow.org/trainjob-name label. ConfigMaps (MPI hostfiles) are only
+// written, never read, so they are not cached at all. The cache cannot be configured for a kind
+// the cluster does not serve, so it asks which PodGroup CRDs are installed.
 func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -43,11 +46,35 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	if req, err := labels.NewRequirement(trainer.TrainJobNameLabel, selection.Exists, nil); err == nil {
 		ours = ours.Add(*req)
 	}
-	byObject := map[client.Object]cache.ByObject{}
+	byObject := map[client.Object]cache.ByObject{
+		&jobsetv1alpha2.JobSet{}: {Transform: keepJobSetSummary},
+		&trainer.TrainJob{}:      {Transform: dropLastApplied},
+	}
 	for _, pg := range podGroups {
 		byObject[pg] = cache.ByObject{Label: ours}
 	}
-	return cache.Options{ByObject: byObject}, nil
+	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}, nil
+}
+
+// keepJobSetSummary keeps of a JobSet what the controllers read: its metadata but managed fields,
+// spec.suspend and status. Its Jobs' templates, most of its size, are only ever written.
+func keepJobSetSummary(obj any) (any, error) {
+	if js, ok := obj.(*jobsetv1alpha2.JobSet); ok {
+		js.ManagedFields = nil
+		js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
+	}
+	return obj, nil
+}
+
+// dropLastApplied drops a TrainJob's managed fields and the copy of it that `kubectl apply`
+// keeps in an annotation. The controllers write a TrainJob's status only, and the API server
+// takes nothing but the status from such a write.
+func dropLastApplied(obj any) (any, error) {
+	if tj, ok := obj.(*trainer.TrainJob); ok {
+		tj.ManagedFields = nil
+		delete(tj.Annotations, corev1.LastAppliedConfigAnnotation)
+	}
+	return obj, nil
 }
 
 // installedPodGroupKinds returns the PodGroup kinds whose CRDs the cluster serves. Without them

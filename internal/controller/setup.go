@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -97,8 +98,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
+		// A JobSet's creation needs nothing more of its TrainJob: the controller created it and
+		// wrote so in the TrainJob's status in one go (reconciling again then would only race
+		// that write), and the create of a JobSet that was someone else's first was refused.
+		// Its changes and its deletion do.
 		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, opts).
-			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))
+			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)),
+				builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}))
 		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob.
 		for _, pg := range podGroups {
 			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))

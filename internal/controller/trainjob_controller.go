@@ -16,7 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -39,7 +42,7 @@ const conflictRetry = 100 * time.Millisecond
 // TrainJobReconciler reconciles the TrainJobs whose runtime selects its framework.
 type TrainJobReconciler struct {
 	client client.Client
-	// apiReader reads from the API server, past the cache.
+	// apiReader reads from the API server, past the cache: what the cache leaves out.
 	apiReader client.Reader
 	recorder  events.EventRecorder
 	framework framework.Framework
@@ -92,8 +95,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	case err != nil:
 		return ctrl.Result{}, err
 	case js != nil && !metav1.IsControlledBy(js, tj):
-		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
-			fmt.Sprintf("JobSet %q already exists and does not belong to this TrainJob", js.Name))
+		setForeignJobSet(tj, js)
 		return ctrl.Result{}, nil
 	}
 
@@ -166,8 +168,10 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				return ctrl.Result{}, err
 			}
 		}
-		err = r.write(ctx, children, js == nil)
+		err = r.write(ctx, children, js)
 		switch {
+		case errors.Is(err, errJobSetExists):
+			return r.jobSetNotSeen(ctx, tj)
 		case js != nil && apierrors.IsInvalid(err):
 			// JobSet lets a suspended JobSet change only its pods' labels, annotations, node
 			// selector, tolerations and scheduling gates. Other changes make a new one.
@@ -181,7 +185,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
-		log.V(2).Info("Applied JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
+		log.V(2).Info("Wrote JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
 	case ptr.Deref(js.Spec.Suspend, false) != suspend:
 		if err := r.setJobSetSuspend(ctx, js, suspend); err != nil {
 			return ctrl.Result{}, err
@@ -217,19 +221,42 @@ func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1a
 	return nil
 }
 
-// jobSet reads the TrainJob's JobSet, or nil when there is none. The cache may not have seen a
-// JobSet that someone else created a moment ago, and applying over it would take it over: before
-// the operator creates one, the API server confirms there is none.
+// jobSet reads the TrainJob's JobSet from the cache, or nil when the cache has none. The cache
+// may not have seen a JobSet created a moment ago, by the operator or by someone else: the first
+// write of a JobSet is a create, which the API server refuses if one exists, so that a JobSet
+// that is not the TrainJob's is never taken over.
 func (r *TrainJobReconciler) jobSet(ctx context.Context, tj *trainer.TrainJob) (*jobsetv1alpha2.JobSet, error) {
-	key, js := client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}
-	err := r.client.Get(ctx, key, js)
-	if apierrors.IsNotFound(err) {
-		err = r.apiReader.Get(ctx, key, js)
-	}
+	js := &jobsetv1alpha2.JobSet{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), js)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	return js, err
+}
+
+// jobSetNotSeen handles a JobSet that exists but that the cache has not seen yet, read past the
+// cache once: the TrainJob's own, created a moment ago, is seen soon; someone else's is reported.
+func (r *TrainJobReconciler) jobSetNotSeen(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
+	js := &jobsetv1alpha2.JobSet{}
+	err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), js)
+	switch {
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil // Gone meanwhile: create it again.
+	case err != nil:
+		return ctrl.Result{}, err
+	case !metav1.IsControlledBy(js, tj):
+		setForeignJobSet(tj, js)
+		return ctrl.Result{}, nil
+	default:
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+}
+
+// setForeignJobSet says that the TrainJob cannot have its JobSet: one of its name is someone
+// else's.
+func setForeignJobSet(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
+	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+		fmt.Sprintf("JobSet %q already exists and does not belong to this TrainJob", js.Name))
 }
 
 // permanent reports whether the API server refused a write for what was written, so that the
@@ -283,10 +310,16 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 	}
 }
 
-// write writes the children, the JobSet last, so that its pods find what they mount. Children
-// that are created once are created only with the JobSet, never again.
-func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children, firstTime bool) error {
-	if firstTime {
+// errJobSetExists is write's error when a JobSet of the TrainJob's name exists that the cache
+// has not seen.
+var errJobSetExists = errors.New("the JobSet exists")
+
+// write writes the children, the JobSet last, so that its pods find what they mount. The first
+// time (js is nil: the cache has no JobSet), the JobSet is created, which fails with
+// errJobSetExists if there is one after all; children that are created once are created only
+// then, never again. A JobSet is written again, with server-side apply, only to rebuild it.
+func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children, js *jobsetv1alpha2.JobSet) error {
+	if js == nil {
 		for _, obj := range children.Create {
 			err := r.client.Create(ctx, obj)
 			if apierrors.IsAlreadyExists(err) {
@@ -303,8 +336,56 @@ func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children
 			return fmt.Errorf("applying %T: %w", ac, err)
 		}
 	}
+	if js == nil {
+		return r.create(ctx, children.JobSet)
+	}
+	if err := r.takeOverCreatedFields(ctx, js); err != nil {
+		return err
+	}
 	if err := r.client.Apply(ctx, children.JobSet, owner, client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying JobSet %q: %w", *children.JobSet.Name, err)
+	}
+	return nil
+}
+
+// create creates the JobSet from its apply configuration, so that it holds exactly the fields an
+// apply would have set.
+func (r *TrainJobReconciler) create(ctx context.Context, ac *jobsetac.JobSetApplyConfiguration) error {
+	data, err := json.Marshal(ac)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(data); err != nil {
+		return err
+	}
+	err = r.client.Create(ctx, obj, client.FieldOwner(fieldManager(r.framework)))
+	if apierrors.IsAlreadyExists(err) {
+		return errJobSetExists
+	}
+	if err != nil {
+		return fmt.Errorf("creating JobSet %q: %w", *ac.Name, err)
+	}
+	return nil
+}
+
+// takeOverCreatedFields hands the fields the JobSet's create set over from the create's entry of
+// the JobSet's managed fields to the controller's server-side apply entry, so that an apply
+// which no longer sets a field removes it, as if the JobSet had been applied from the start.
+// client-go's csaupgrade does exactly this for client-side apply. The cache holds no managed
+// fields: the JobSet is read from the API server, in this rare step only.
+func (r *TrainJobReconciler) takeOverCreatedFields(ctx context.Context, js *jobsetv1alpha2.JobSet) error {
+	live := &jobsetv1alpha2.JobSet{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(js), live); err != nil {
+		return fmt.Errorf("reading JobSet %s: %w", klog.KObj(js), err)
+	}
+	manager := fieldManager(r.framework)
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(manager), manager)
+	if err != nil || patch == nil {
+		return err
+	}
+	if err := r.client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("taking over the fields of JobSet %s: %w", klog.KObj(js), err)
 	}
 	return nil
 }

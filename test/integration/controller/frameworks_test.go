@@ -117,7 +117,7 @@ func TestShippedRuntimes(t *testing.T) {
 				assert.Equalf(t, value, env[name], "env %s", name)
 			}
 			assert.Equal(t, ptr.To(tc.nodes), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
-			assert.Equal(t, []string{tc.manager + "/Apply"}, managers(js), "only the framework's own controller writes the JobSet")
+			assert.Equal(t, []string{tc.manager + "/Update"}, managers(js), "only the framework's own controller writes the JobSet: it creates it")
 			waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 				conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
 			})
@@ -148,7 +148,7 @@ func TestMPIRuntime(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
 	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
-	assert.Equal(t, []string{"trainer.kubeflow.org/mpi/Apply"}, managers(js))
+	assert.Equal(t, []string{"trainer.kubeflow.org/mpi/Update"}, managers(js))
 	launcher := container(t, js, "launcher", "node")
 	assert.Equal(t, "/etc/mpi/hostfile", envOf(launcher)["OMPI_MCA_orte_default_hostfile"])
 	for _, c := range []*corev1.Container{launcher, container(t, js, "node", "node")} {

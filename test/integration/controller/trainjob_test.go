@@ -11,12 +11,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/controller"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
@@ -61,11 +65,7 @@ func TestTrainJobCreatesItsJobSet(t *testing.T) {
 	assert.Equal(t, ptr.To[int32](2), node.Completions)
 	assert.Equal(t, "pytorch:2", node.Template.Spec.Containers[0].Image)
 	assert.Equal(t, []corev1.EnvVar{{Name: "EPOCHS", Value: "3"}}, node.Template.Spec.Containers[0].Env)
-	var managers []string
-	for _, f := range js.ManagedFields {
-		managers = append(managers, f.Manager+"/"+string(f.Operation))
-	}
-	assert.Equal(t, []string{"trainer.kubeflow.org/plain/Apply"}, managers)
+	assert.Equal(t, []string{"trainer.kubeflow.org/plain/Update"}, managers(js), "the controller creates the JobSet")
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
@@ -154,17 +154,37 @@ func assertNever(t *testing.T, happened func() bool, msg string) {
 func TestSuspendEditResume(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
-	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
+	zoneLabel := func(zone string) trainer.RuntimePatch {
+		return utiltesting.JobPatch("kueue.x-k8s.io/manager", utiltesting.PodPatch("node", &trainer.MetadataPatch{Labels: map[string]string{zone: "true"}}, nil))
+	}
+	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).
+		RuntimePatches(zoneLabel("west")).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
+	podLabels := func(js *jobsetv1alpha2.JobSet) map[string]string {
+		return js.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels
+	}
 	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
 		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
+		assert.Equal(c, "true", podLabels(js)["west"])
 	})
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason)
 	})
 
-	// While suspended, Kueue adds a node selector and more nodes; they reach the JobSet.
+	// While suspended, Kueue moves the TrainJob to another zone: the JobSet takes the pods' new
+	// label in place, and the label it was created with, which the TrainJob no longer says,
+	// leaves it.
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.RuntimePatches = []trainer.RuntimePatch{zoneLabel("east")} })
+	js := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, "true", podLabels(js)["east"])
+		assert.NotContains(c, podLabels(js), "west")
+	})
+	// The fields of the JobSet's create are the controller's applied fields now.
+	assert.ElementsMatch(t, []string{"trainer.kubeflow.org/plain/Apply"}, managers(js))
+
+	// A node selector and more nodes: JobSet refuses the second while suspended, so the JobSet
+	// is made again.
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
 		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"flavor": "a100"}}}}
 		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)}
@@ -209,8 +229,8 @@ func TestSuspendingARunningTrainJobSuspendsItsJobSet(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason)
 		assert.Equal(c, trainer.TrainJobSuspended, tj.Status.Conditions[0].Type, "STATE shows Suspended")
 	})
-	// One write style: the JobSet is only ever applied, the suspend flag by a manager of its own.
-	assert.ElementsMatch(t, []string{"trainer.kubeflow.org/plain/Apply", "trainer.kubeflow.org/plain-suspend/Apply"}, managers(js))
+	// The JobSet is created, then only its suspend flag is applied, by a manager of its own.
+	assert.ElementsMatch(t, []string{"trainer.kubeflow.org/plain/Update", "trainer.kubeflow.org/plain-suspend/Apply"}, managers(js))
 }
 
 func TestRunningJobSetIsNotRewritten(t *testing.T) {
@@ -383,6 +403,50 @@ func TestAJobSetOfTheSameNameThatIsNotOursIsNotTakenButWaitedFor(t *testing.T) {
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
 	})
+}
+
+// TestAJobSetTheCacheHasNotSeenIsNotTakenOver: the manager's cache may not have seen a JobSet
+// someone created a moment ago. Here its cache never sees it (the manager's cache leaves out
+// JobSets with a label), so that only the operator's first write can protect it.
+func TestAJobSetTheCacheHasNotSeenIsNotTakenOver(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	const hidden = "test.trainer.kubeflow.org/hidden-from-the-cache"
+	stopManager()
+	stop, err := cluster.StartManager(controller.Options{MaxConcurrentReconciles: 4}, func(o *cache.Options) {
+		notHidden, err := labels.NewRequirement(hidden, selection.DoesNotExist, nil)
+		require.NoError(t, err)
+		for obj, by := range o.ByObject {
+			if _, ok := obj.(*jobsetv1alpha2.JobSet); ok {
+				by.Label = labels.NewSelector().Add(*notHidden)
+				o.ByObject[obj] = by
+			}
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		stop()
+		var err error
+		stopManager, err = startManager()
+		require.NoError(t, err)
+	})
+
+	squatter := &jobsetv1alpha2.JobSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "unseen", Namespace: ns, Labels: map[string]string{hidden: "true"}},
+		Spec:       jobsetv1alpha2.JobSetSpec{ReplicatedJobs: utiltesting.MakeRuntimeSpec().Obj().Template.Spec.ReplicatedJobs},
+	}
+	require.NoError(t, k8sClient.Create(ctx, squatter))
+	tj := utiltesting.MakeTrainJob("unseen", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "does not belong to this TrainJob")
+	after := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), after))
+	assert.Empty(t, after.OwnerReferences, "the JobSet was taken over")
+	assert.Equal(t, squatter.Generation, after.Generation, "the JobSet's spec was changed")
 }
 
 func TestDeletingTheTrainJobDeletesItsJobSet(t *testing.T) {
