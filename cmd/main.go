@@ -46,6 +46,7 @@ const defaultCertDir = "/tmp/k8s-webhook-server/serving-certs"
 func main() {
 	var (
 		metricsAddr, probeAddr, metricsCertPath string
+		pprofAddr                               string
 		secureMetrics, enableHTTP2              bool
 		enableLeaderElection                    bool
 		webhookHost, webhookCertPath            string
@@ -62,6 +63,8 @@ func main() {
 	flag.StringVar(&metricsCertPath, "metrics-cert-path", "",
 		"Folder with the metrics server's tls.crt and tls.key; empty means a self-signed certificate.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the healthz and readyz probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0",
+		"Address Go's profiler (/debug/pprof) binds to, e.g. 127.0.0.1:6060; 0 disables it. It has no authentication: keep it on loopback.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Elect a leader so that only one of several manager replicas reconciles.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
@@ -118,6 +121,7 @@ func main() {
 			Host: webhookHost, Port: webhookPort, CertDir: certOpts.CertDir, TLSOpts: tlsOpts,
 		}),
 		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
 		LeaderElection:         enableLeaderElection,
 		LeaderElectionID:       "trainjob-operator.trainer.kubeflow.org",
 		// The manager exits right after its controllers stop, so the lease can be handed over at

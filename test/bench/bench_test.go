@@ -4,8 +4,9 @@
 // sides the same), and one of two writers:
 //
 //   - floor: the load generator itself writes what the operator would, per TrainJob: its create,
-//     its children (the MPI Secret and hostfile, the gang's PodGroup), its JobSet, and one status
-//     write. Nothing the API server does can be less.
+//     its children (the MPI Secret and hostfile, the gang's PodGroup), its JobSet, one status
+//     write and the event that says the JobSet was created. Nothing the API server does for the
+//     same result can be less.
 //   - operator: the load generator only creates the TrainJobs; bin/manager, run as its own
 //     program with cmd/main.go's defaults, does the rest.
 //
@@ -27,11 +28,12 @@ import (
 )
 
 var (
-	count        = flag.Int("trainjobs", 3000, "TrainJobs per measured run")
-	rate         = flag.Float64("rate", 0, "TrainJobs created per second, steadily; 0 creates them as fast as the clients can")
-	clients      = flag.Int("clients", 16, "clients creating TrainJobs at once")
-	workloadList = flag.String("workloads", "torch,mpi,gang", "the workloads to measure, of: "+strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
-	restart      = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
+	count          = flag.Int("trainjobs", 3000, "TrainJobs per measured run")
+	rate           = flag.Float64("rate", 0, "TrainJobs created per second, steadily; 0 creates them as fast as the clients can")
+	clients        = flag.Int("clients", 16, "clients creating TrainJobs at once")
+	workloadList   = flag.String("workloads", "torch,mpi,gang", "the workloads to measure, of: "+strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
+	managerProfile = flag.String("manager-profile", "", "write a CPU profile of the manager's first 15 seconds of each run to this path, .<workload> added")
+	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
 )
 
 // comparisons are the measured pairs, printed at the end.
@@ -78,15 +80,15 @@ func printComparisons(out io.Writer, cs []comparison) {
 	}
 	fmt.Fprintf(out, "\nN = %d TrainJobs per run, %d clients creating them %s\n\n", *count, *clients, pace)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workload\tJobSets/s floor\toperator\tratio\tp99 ms floor\toperator\tratio\trequests/TJ floor\toperator\t409/TJ\tAPI CPU ms/TJ floor\toperator\tratio\tetcd CPU ratio\tmanager peak RSS MiB\t")
+	fmt.Fprintln(w, "workload\tJobSets/s floor\toperator\tratio\tp99 ms floor\toperator\tratio\trequests/TJ floor\toperator\t409/TJ\tAPI CPU ms/TJ floor\toperator\tratio\tetcd CPU ratio\tmanager CPU ms/TJ\tmanager peak RSS MiB\t")
 	for _, c := range cs {
 		f, o := c.floor, c.operator
-		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", c.workload,
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", c.workload,
 			f.throughput(), o.throughput(), o.throughput()/f.throughput(),
 			ms(f.p(99)), ms(o.p(99)), ms(o.p(99))/ms(f.p(99)),
 			f.perTrainJob(f.requests), o.perTrainJob(o.requests), o.perTrainJob(o.conflicts),
 			f.apiCPUPerTrainJob(), o.apiCPUPerTrainJob(), o.apiCPUPerTrainJob()/f.apiCPUPerTrainJob(),
-			o.etcdCPU.Seconds()/f.etcdCPU.Seconds(), float64(o.managerPeakRSS)/(1<<20))
+			o.etcdCPU.Seconds()/f.etcdCPU.Seconds(), ms(o.managerCPU)/float64(o.n), float64(o.managerPeakRSS)/(1<<20))
 	}
 	_ = w.Flush()
 	for _, c := range cs {

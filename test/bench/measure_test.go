@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -25,14 +26,15 @@ import (
 // workload is what the TrainJobs of a run are: 2-node TrainJobs of a shipped runtime, gang
 // scheduled with coscheduling or not.
 type workload struct {
+	name         string
 	runtime      string
 	coscheduling bool
 }
 
 var workloads = map[string]workload{
-	"torch": {runtime: "torch-distributed"},
-	"mpi":   {runtime: "mpi-distributed"},
-	"gang":  {runtime: "torch-distributed", coscheduling: true},
+	"torch": {name: "torch", runtime: "torch-distributed"},
+	"mpi":   {name: "mpi", runtime: "mpi-distributed"},
+	"gang":  {name: "gang", runtime: "torch-distributed", coscheduling: true},
 }
 
 // writer is who writes what a TrainJob runs as.
@@ -55,6 +57,7 @@ type result struct {
 	// and code; conflicts are those answered 409.
 	requests, conflicts map[string]float64
 	apiCPU, etcdCPU     time.Duration
+	managerCPU          time.Duration
 	managerPeakRSS      uint64
 	// restartWrites count the restarted manager's writes by verb, resource and code (-restart).
 	restartWrites map[string]float64
@@ -125,7 +128,19 @@ func measure(b *testing.B, w workload, wr writer) *result {
 	if err != nil {
 		fail(err)
 	}
+	var managerCPUBefore time.Duration
+	if mgr != nil {
+		if managerCPUBefore, err = mgr.cpuTime(); err != nil {
+			fail(err)
+		}
+	}
 
+	profiled := make(chan error, 1)
+	if mgr != nil && *managerProfile != "" {
+		go func() { profiled <- mgr.profile(*managerProfile+"."+w.name, 15) }()
+	} else {
+		profiled <- nil
+	}
 	start := time.Now()
 	if err := load(ctx, cluster.Client, ns.Name, rt, wr, obs); err != nil {
 		fail(err)
@@ -134,6 +149,9 @@ func measure(b *testing.B, w workload, wr writer) *result {
 		fail(err)
 	}
 	end := obs.last()
+	if err := <-profiled; err != nil {
+		fail(err)
+	}
 	after, err := cp.sample(ctx)
 	if err != nil {
 		fail(err)
@@ -153,6 +171,11 @@ func measure(b *testing.B, w workload, wr writer) *result {
 		if res.managerPeakRSS, err = mgr.peakRSS(); err != nil {
 			fail(err)
 		}
+		managerCPU, err := mgr.cpuTime()
+		if err != nil {
+			fail(err)
+		}
+		res.managerCPU = managerCPU - managerCPUBefore
 		if *restart {
 			if res.restartWrites, err = restartManager(ctx, cluster, cp, mgr, obs, w); err != nil {
 				fail(err)
@@ -168,6 +191,7 @@ func measure(b *testing.B, w workload, wr writer) *result {
 	b.ReportMetric(res.apiCPUPerTrainJob(), "apiserver-cpu-ms/tj")
 	if mgr != nil {
 		b.ReportMetric(float64(res.managerPeakRSS)/(1<<20), "manager-peak-MiB")
+		b.ReportMetric(ms(res.managerCPU)/float64(res.n), "manager-cpu-ms/tj")
 	}
 	return res
 }
@@ -244,6 +268,8 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 
 // writeAsTheOperator is the floor's writer: the writes the operator makes for a new TrainJob,
 // and nothing else. It builds them with the operator's own pipeline, from the runtime read once.
+// The event is part of what the user sees (`kubectl describe trainjob`), so it is part of the
+// floor.
 func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) error {
 	children, err := build.Build(tj, rt, fw)
 	if err != nil {
@@ -268,11 +294,24 @@ func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJ
 	if err := c.Apply(ctx, children.JobSet, owner, client.ForceOwnership); err != nil {
 		return err
 	}
+	message := fmt.Sprintf("JobSet %q is created", tj.Name)
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
 		Type: trainer.TrainJobCreated, Status: metav1.ConditionTrue, Reason: trainer.TrainJobJobsCreatedReason,
-		Message: fmt.Sprintf("JobSet %q is created", tj.Name), ObservedGeneration: tj.Generation,
+		Message: message, ObservedGeneration: tj.Generation,
 	})
-	return c.Status().Update(ctx, tj)
+	if err := c.Status().Update(ctx, tj); err != nil {
+		return err
+	}
+	// The event `kubectl describe` shows for it.
+	now := time.Now()
+	return c.Create(ctx, &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", tj.Name, now.UnixNano()), Namespace: tj.Namespace},
+		EventTime:  metav1.NewMicroTime(now), ReportingController: "bench", ReportingInstance: "bench",
+		Action: trainer.TrainJobCreated, Reason: trainer.TrainJobJobsCreatedReason, Note: message, Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{
+			APIVersion: trainer.GroupVersion.String(), Kind: "TrainJob", Namespace: tj.Namespace, Name: tj.Name, UID: tj.UID,
+		},
+	})
 }
 
 // latencies are the observer's times from create to JobSet, sorted.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	jobsetwebhooks "sigs.k8s.io/jobset/pkg/webhooks"
@@ -24,8 +25,9 @@ import (
 // (WithWebhooks), the manager serves them, and StartManager waits until it does. Beside a bare
 // API server, where no JobSet controller runs, the manager serves JobSet's webhooks as well. The returned
 // function stops the manager and waits until it has. Controllers may be registered again in the
-// same process, so a test can restart the manager.
-func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
+// same process, so a test can restart the manager. cacheEdits change the cache's options, to
+// make the cache miss what a test needs it to.
+func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cache.Options)) (func(), error) {
 	env := c.Env
 	// The client rate of cmd/main.go's defaults, not client-go's 5 queries per second.
 	cfg := rest.CopyConfig(env.Config)
@@ -33,6 +35,9 @@ func (c *Cluster) StartManager(opts controller.Options) (func(), error) {
 	cacheOpts, err := controller.CacheOptions(cfg, Scheme)
 	if err != nil {
 		return nil, err
+	}
+	for _, edit := range cacheEdits {
+		edit(&cacheOpts)
 	}
 	hooks := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
