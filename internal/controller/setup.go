@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned/typed/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -88,10 +89,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		gvk, _ := apiutil.GVKForObject(pg, mgr.GetScheme())
 		mgr.GetLogger().Info("PodGroup CRD found: gang scheduling with it is on", "kind", gvk.String())
 	}
+	jobSets, err := jobsetclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	for _, fw := range frameworks {
 		r := &TrainJobReconciler{
 			client:             mgr.GetClient(),
 			apiReader:          mgr.GetAPIReader(),
+			jobSets:            jobSets.RESTClient(),
 			recorder:           mgr.GetEventRecorder(fieldManager(fw)),
 			framework:          fw,
 			frameworks:         frameworks,

@@ -33,6 +33,7 @@ var (
 	clients        = flag.Int("clients", 16, "clients creating TrainJobs at once")
 	workloadList   = flag.String("workloads", "torch,mpi,gang", "the workloads to measure, of: "+strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
 	managerProfile = flag.String("manager-profile", "", "write a CPU profile of the manager's first 15 seconds of each run to this path, .<workload> added")
+	repeat         = flag.Int("repeat", 1, "measure each workload's floor and operator this many times, in turn; the summary adds the median ratios")
 	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
 )
 
@@ -52,19 +53,26 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkOperator measures each workload with the floor's writer, then the operator's, each in
-// a fresh API server. It runs once whatever -benchtime says: a run is already thousands of
-// TrainJobs.
+// a fresh API server, -repeat times in turn. It runs once whatever -benchtime says: a run is
+// already thousands of TrainJobs.
 func BenchmarkOperator(b *testing.B) {
-	for _, name := range strings.Split(*workloadList, ",") {
-		w, ok := workloads[name]
-		if !ok {
+	names := strings.Split(*workloadList, ",")
+	for _, name := range names {
+		if _, ok := workloads[name]; !ok {
 			b.Fatalf("unknown workload %q: choose among %s", name, strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
 		}
-		c := comparison{workload: name}
-		b.Run(name+"/floor", func(b *testing.B) { c.floor = measure(b, w, floorWriter) })
-		b.Run(name+"/operator", func(b *testing.B) { c.operator = measure(b, w, operatorWriter) })
-		if c.floor != nil && c.operator != nil {
-			comparisons = append(comparisons, c)
+	}
+	for i := range *repeat {
+		for _, name := range names {
+			w, c := workloads[name], comparison{workload: name}
+			if *repeat > 1 {
+				c.workload = fmt.Sprintf("%s#%d", name, i+1)
+			}
+			b.Run(c.workload+"/floor", func(b *testing.B) { c.floor = measure(b, w, floorWriter) })
+			b.Run(c.workload+"/operator", func(b *testing.B) { c.operator = measure(b, w, operatorWriter) })
+			if c.floor != nil && c.operator != nil {
+				comparisons = append(comparisons, c)
+			}
 		}
 	}
 }
@@ -91,6 +99,9 @@ func printComparisons(out io.Writer, cs []comparison) {
 			o.etcdCPU.Seconds()/f.etcdCPU.Seconds(), ms(o.managerCPU)/float64(o.n), float64(o.managerPeakRSS)/(1<<20))
 	}
 	_ = w.Flush()
+	if *repeat > 1 {
+		printMedians(out, cs)
+	}
 	for _, c := range cs {
 		fmt.Fprintf(out, "\n%s: API requests per TrainJob, by verb, resource and code\n", c.workload)
 		printRequests(out, c.floor, c.operator)
@@ -121,6 +132,44 @@ func printRequests(out io.Writer, floor, operator *result) {
 			continue
 		}
 		fmt.Fprintf(w, "  %s\t%.3f\t%.3f\t\n", k, f, o)
+	}
+	_ = w.Flush()
+}
+
+// printMedians prints, per workload, the median of each operator/floor ratio over the repeated
+// runs, and the largest manager peak RSS.
+func printMedians(out io.Writer, cs []comparison) {
+	byWorkload := map[string][]comparison{}
+	for _, c := range cs {
+		name, _, _ := strings.Cut(c.workload, "#")
+		byWorkload[name] = append(byWorkload[name], c)
+	}
+	median := func(pairs []comparison, ratio func(f, o *result) float64) float64 {
+		var rs []float64
+		for _, c := range pairs {
+			rs = append(rs, ratio(c.floor, c.operator))
+		}
+		slices.Sort(rs)
+		if len(rs)%2 == 1 {
+			return rs[len(rs)/2]
+		}
+		return (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	fmt.Fprintf(out, "\nMedians over %d runs of each\n\n", *repeat)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tJobSets/s ratio\tp99 ratio\trequests/TJ ratio\tAPI CPU ratio\tmanager peak RSS MiB (most)\t")
+	for _, name := range slices.Sorted(maps.Keys(byWorkload)) {
+		pairs := byWorkload[name]
+		var rss uint64
+		for _, c := range pairs {
+			rss = max(rss, c.operator.managerPeakRSS)
+		}
+		fmt.Fprintf(w, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", name,
+			median(pairs, func(f, o *result) float64 { return o.throughput() / f.throughput() }),
+			median(pairs, func(f, o *result) float64 { return ms(o.p(99)) / ms(f.p(99)) }),
+			median(pairs, func(f, o *result) float64 { return o.perTrainJob(o.requests) / f.perTrainJob(f.requests) }),
+			median(pairs, func(f, o *result) float64 { return o.apiCPUPerTrainJob() / f.apiCPUPerTrainJob() }),
+			float64(rss)/(1<<20))
 	}
 	_ = w.Flush()
 }
