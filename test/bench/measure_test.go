@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -219,17 +221,22 @@ func runtimeOf(ctx context.Context, c client.Client, w workload) (*trainingrunti
 }
 
 // load creates the run's TrainJobs from the clients at once, as fast as they can or at -rate.
-// With the floor's writer, each client also writes what the operator would for its TrainJob.
+// With the floor's writer, as many writers as the operator has workers write, for each TrainJob
+// created, what the operator would: the floor has the operator's concurrency, not the clients'.
 func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.Runtime, wr writer, obs *observer) error {
 	fw := framework.Select(controller.Frameworks(), rt.Spec.MLPolicy)
 	var (
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		first   error
-		next    = make(chan int)
+		creators, writers sync.WaitGroup
+		errOnce           sync.Once
+		first             error
+		next              = make(chan int)
+		created           = make(chan *trainer.TrainJob, *count)
 	)
+	fail := func(tj *trainer.TrainJob, err error) {
+		errOnce.Do(func() { first = fmt.Errorf("TrainJob %s: %w", tj.Name, err) })
+	}
 	for range *clients {
-		wg.Go(func() {
+		creators.Go(func() {
 			for i := range next {
 				tj := &trainer.TrainJob{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tj-%d", i), Namespace: ns},
@@ -239,12 +246,19 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 					},
 				}
 				obs.sent(tj.Name)
-				err := c.Create(ctx, tj)
-				if err == nil && wr == floorWriter {
-					err = writeAsTheOperator(ctx, c, tj, rt, fw)
+				if err := c.Create(ctx, tj); err != nil {
+					fail(tj, err)
+				} else if wr == floorWriter {
+					created <- tj
 				}
-				if err != nil {
-					errOnce.Do(func() { first = fmt.Errorf("TrainJob %s: %w", tj.Name, err) })
+			}
+		})
+	}
+	for range controller.DefaultMaxConcurrentReconciles {
+		writers.Go(func() {
+			for tj := range created {
+				if err := writeAsTheOperator(ctx, c, tj, rt, fw); err != nil {
+					fail(tj, err)
 				}
 			}
 		})
@@ -262,7 +276,9 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 		next <- i
 	}
 	close(next)
-	wg.Wait()
+	creators.Wait()
+	close(created)
+	writers.Wait()
 	return first
 }
 
@@ -291,7 +307,16 @@ func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJ
 			return err
 		}
 	}
-	if err := c.Apply(ctx, children.JobSet, owner, client.ForceOwnership); err != nil {
+	// Created, as the operator does: a create costs the API server less than an apply.
+	data, err := json.Marshal(children.JobSet)
+	if err != nil {
+		return err
+	}
+	js := &unstructured.Unstructured{}
+	if err := js.UnmarshalJSON(data); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, js, owner); err != nil {
 		return err
 	}
 	message := fmt.Sprintf("JobSet %q is created", tj.Name)
