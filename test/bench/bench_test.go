@@ -25,6 +25,9 @@ import (
 	"strings"
 	"testing"
 	"text/tabwriter"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 var (
@@ -47,6 +50,8 @@ type comparison struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The observer's watches end with their cluster; that is not worth a log.
+	ctrl.SetLogger(logr.Discard())
 	code := m.Run()
 	printComparisons(os.Stdout, comparisons)
 	os.Exit(code)
