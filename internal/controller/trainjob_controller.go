@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,7 +46,7 @@ type TrainJobReconciler struct {
 	// apiReader reads from the API server, past the cache: what the cache leaves out.
 	apiReader client.Reader
 	// jobSets is a REST client of JobSets, for the requests whose answer is not read.
-	jobSets rest.Interface
+	jobSets   rest.Interface
 	recorder  events.EventRecorder
 	framework framework.Framework
 	// frameworks are all the frameworks the manager runs, to tell whose a TrainJob is.

@@ -381,25 +381,12 @@ func TestBuildFailureIsReportedAndRecoversWhenTheRuntimeIsFixed(t *testing.T) {
 func TestAJobSetOfTheSameNameThatIsNotOursIsNotTakenButWaitedFor(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
-	squatter := &jobsetv1alpha2.JobSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: ns},
-		Spec:       jobsetv1alpha2.JobSetSpec{ReplicatedJobs: utiltesting.MakeRuntimeSpec().Obj().Template.Spec.ReplicatedJobs},
-	}
-	require.NoError(t, k8sClient.Create(ctx, squatter))
-	tj := utiltesting.MakeTrainJob("taken", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
-	require.NoError(t, k8sClient.Create(ctx, tj))
-
-	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
-		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
-	})
-	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "does not belong to this TrainJob")
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), squatter))
-	assert.Empty(t, squatter.OwnerReferences)
+	squatter, tj := squat(t, ns, runtime, "taken", nil)
 
 	// Once the other JobSet is gone, the TrainJob gets its own.
 	require.NoError(t, k8sClient.Delete(ctx, squatter))
 	js := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.NotEqual(c, squatter.UID, js.UID) })
-	assert.True(t, metav1.IsControlledBy(js, got))
+	assert.True(t, metav1.IsControlledBy(js, tj))
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
 	})
@@ -431,12 +418,20 @@ func TestAJobSetTheCacheHasNotSeenIsNotTakenOver(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	squat(t, ns, runtime, "unseen", map[string]string{hidden: "true"})
+}
+
+// squat creates a JobSet with labels that is not the TrainJob's, then the TrainJob of the same
+// name, and waits until the TrainJob says that it cannot have its JobSet, which is left as it was.
+func squat(t *testing.T, ns, runtime, name string, labels map[string]string) (*jobsetv1alpha2.JobSet, *trainer.TrainJob) {
+	t.Helper()
+	ctx := context.Background()
 	squatter := &jobsetv1alpha2.JobSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "unseen", Namespace: ns, Labels: map[string]string{hidden: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec:       jobsetv1alpha2.JobSetSpec{ReplicatedJobs: utiltesting.MakeRuntimeSpec().Obj().Template.Spec.ReplicatedJobs},
 	}
 	require.NoError(t, k8sClient.Create(ctx, squatter))
-	tj := utiltesting.MakeTrainJob("unseen", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
@@ -447,6 +442,7 @@ func TestAJobSetTheCacheHasNotSeenIsNotTakenOver(t *testing.T) {
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), after))
 	assert.Empty(t, after.OwnerReferences, "the JobSet was taken over")
 	assert.Equal(t, squatter.Generation, after.Generation, "the JobSet's spec was changed")
+	return squatter, got
 }
 
 func TestDeletingTheTrainJobDeletesItsJobSet(t *testing.T) {
