@@ -396,7 +396,6 @@ func TestAJobSetOfTheSameNameThatIsNotOursIsNotTakenButWaitedFor(t *testing.T) {
 // someone created a moment ago. Here its cache never sees it (the manager's cache leaves out
 // JobSets with a label), so that only the operator's first write can protect it.
 func TestAJobSetTheCacheHasNotSeenIsNotTakenOver(t *testing.T) {
-	ctx := context.Background()
 	ns, runtime := setup(t)
 	const hidden = "test.trainer.kubeflow.org/hidden-from-the-cache"
 	stopManager()
