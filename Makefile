@@ -67,6 +67,13 @@ bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, t
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/bench/ -run '^$$' -bench . -benchtime 1x -timeout 3h $(BENCH_ARGS)
 
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (go test's coverage-guided fuzzer); `go test` alone runs their seeds.
+	$(GO) test ./internal/build -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
+
 .PHONY: test-unit
 test-unit: ## Run the unit tests only, without an API server.
 	$(GO) test $$($(GO) list ./... | grep -v /test/) -count=1
