@@ -1,4 +1,4 @@
-package build
+package build_test
 
 import (
 	"bufio"
@@ -14,12 +14,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/framework"
-	"github.com/trainjob/operator/internal/framework/jax"
-	"github.com/trainjob/operator/internal/framework/mpi"
-	"github.com/trainjob/operator/internal/framework/plain"
-	"github.com/trainjob/operator/internal/framework/torch"
-	"github.com/trainjob/operator/internal/framework/xgboost"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -46,7 +43,7 @@ func FuzzBuild(f *testing.F) {
 			f.Add(tj, rt)
 		}
 	}
-	frameworks := []framework.Framework{plain.New(), torch.New(), mpi.New(), xgboost.New(), jax.New()}
+	frameworks := controller.Frameworks()
 	f.Fuzz(func(t *testing.T, tjJSON, rtJSON []byte) {
 		tj, spec := &trainer.TrainJob{}, &trainer.TrainingRuntimeSpec{}
 		if json.Unmarshal(tjJSON, tj) != nil || json.Unmarshal(rtJSON, spec) != nil {
@@ -56,7 +53,7 @@ func FuzzBuild(f *testing.F) {
 			return
 		}
 		rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "fuzz", Spec: spec}
-		_, _ = Build(tj, rt, framework.Select(frameworks, spec.MLPolicy)) // Errors are the pipeline's answer.
+		_, _ = build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy)) // Errors are the pipeline's answer.
 	})
 }
 
