@@ -73,6 +73,7 @@ FUZZTIME ?= 30s
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (go test's coverage-guided fuzzer); `go test` alone runs their seeds.
 	$(GO) test ./internal/build -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/framework/mpi -run '^$$' -fuzz '^FuzzHostfile$$' -fuzztime $(FUZZTIME)
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only, without an API server.
