@@ -22,8 +22,8 @@ import (
 
 // FuzzBuild builds arbitrary TrainJob and runtime pairs, given as JSON, with the framework the
 // runtime's policy selects, as the controllers do: what cannot be built is an error, never a
-// panic. The seeds are every sample TrainJob against
-// every shipped and sample runtime. Inputs the API's schema refuses for their size (more than
+// panic. The seeds are every sample and upstream TrainJob against every shipped, sample and
+// upstream runtime. Inputs the API's schema refuses for their size (more than
 // 5000 nodes) are skipped: the API server never lets them reach the pipeline.
 func FuzzBuild(f *testing.F) {
 	var jobs, runtimes [][]byte

@@ -112,8 +112,8 @@ func printComparisons(out io.Writer, cs []comparison) {
 		printRequests(out, c.floor, c.operator)
 		if c.operator.restartWrites != nil {
 			fmt.Fprintf(out, "\n%s: writes by the restarted manager, with %d TrainJobs (half of them finished): %.0f\n",
-				c.workload, *count, total(c.operator.restartWrites))
-			for _, k := range slices.Sorted(maps.Keys(c.operator.restartWrites)) {
+				c.workload, *count, c.operator.restartWrites.total())
+			for _, k := range c.operator.restartWrites.kinds() {
 				fmt.Fprintf(out, "  %s\t%.0f\n", k, c.operator.restartWrites[k])
 			}
 		}
@@ -122,16 +122,11 @@ func printComparisons(out io.Writer, cs []comparison) {
 
 // printRequests prints the floor's and the operator's requests per TrainJob side by side.
 func printRequests(out io.Writer, floor, operator *result) {
-	keys := slices.Sorted(maps.Keys(floor.requests))
-	for k := range operator.requests {
-		if _, ok := floor.requests[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
+	all := maps.Clone(floor.requests)
+	maps.Copy(all, operator.requests)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "  request\tfloor\toperator\t")
-	for _, k := range keys {
+	for _, k := range all.kinds() {
 		f, o := floor.requests[k]/float64(floor.n), operator.requests[k]/float64(operator.n)
 		if f < 0.001 && o < 0.001 {
 			continue

@@ -57,17 +57,17 @@ type result struct {
 	latencies []time.Duration
 	// requests and conflicts count the API server's requests during the run, by verb, resource
 	// and code; conflicts are those answered 409.
-	requests, conflicts map[string]float64
+	requests, conflicts requests
 	apiCPU, etcdCPU     time.Duration
 	managerCPU          time.Duration
 	managerPeakRSS      uint64
 	// restartWrites count the restarted manager's writes by verb, resource and code (-restart).
-	restartWrites map[string]float64
+	restartWrites requests
 }
 
 func (r *result) throughput() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
-func (r *result) perTrainJob(m map[string]float64) float64 { return total(m) / float64(r.n) }
+func (r *result) perTrainJob(rs requests) float64 { return rs.total() / float64(r.n) }
 
 func (r *result) apiCPUPerTrainJob() float64 { return ms(r.apiCPU) / float64(r.n) }
 
@@ -80,14 +80,6 @@ func (r *result) p(q float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func total(m map[string]float64) float64 {
-	var t float64
-	for _, v := range m {
-		t += v
-	}
-	return t
-}
 
 // measure runs N TrainJobs of a workload through a fresh API server with one writer.
 func measure(b *testing.B, w workload, wr writer) *result {
@@ -159,13 +151,13 @@ func measure(b *testing.B, w workload, wr writer) *result {
 		fail(err)
 	}
 
-	requests := after.requestsSince(before)
+	requested := after.requestsSince(before)
 	res := &result{
 		n:         *count,
 		elapsed:   end.Sub(start),
 		latencies: obs.latencies(),
-		requests:  requests,
-		conflicts: filter(requests, func(k requestKey) bool { return k.code == "409" }),
+		requests:  requested,
+		conflicts: requested.where(func(k requestKey) bool { return k.code == "409" }),
 		apiCPU:    after.apiCPU - before.apiCPU,
 		etcdCPU:   after.etcdCPU - before.etcdCPU,
 	}

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,7 +213,7 @@ func findControlPlane(cluster *testenv.Cluster) (*controlPlane, error) {
 // sample is the control plane's counters at a moment.
 type sample struct {
 	apiCPU, etcdCPU time.Duration
-	requests        map[requestKey]float64
+	requests        requests
 }
 
 // requestKey is a kind of API request, as apiserver_request_total counts them.
@@ -220,7 +222,7 @@ type requestKey struct{ verb, resource, code string }
 func (k requestKey) String() string { return k.verb + " " + k.resource + " " + k.code }
 
 func (cp *controlPlane) sample(ctx context.Context) (*sample, error) {
-	s := &sample{requests: map[requestKey]float64{}}
+	s := &sample{requests: requests{}}
 	var err error
 	if s.apiCPU, err = cpuTime(cp.apiServer); err != nil {
 		return nil, err
@@ -256,25 +258,42 @@ func (cp *controlPlane) sample(ctx context.Context) (*sample, error) {
 }
 
 // requestsSince counts the requests between an earlier sample and this one.
-func (s *sample) requestsSince(before *sample) map[string]float64 {
-	out := map[string]float64{}
+func (s *sample) requestsSince(before *sample) requests {
+	out := requests{}
 	for k, v := range s.requests {
 		if d := v - before.requests[k]; d > 0 {
-			out[k.String()] = d
+			out[k] = d
 		}
 	}
 	return out
 }
 
-func filter(m map[string]float64, keep func(requestKey) bool) map[string]float64 {
-	out := map[string]float64{}
-	for k, v := range m {
-		f := strings.Fields(k)
-		if keep(requestKey{f[0], f[1], f[2]}) {
+// requests count API requests by kind.
+type requests map[requestKey]float64
+
+// where keeps the requests whose kind keep takes.
+func (r requests) where(keep func(requestKey) bool) requests {
+	out := requests{}
+	for k, v := range r {
+		if keep(k) {
 			out[k] = v
 		}
 	}
 	return out
+}
+
+// total is the number of requests of every kind.
+func (r requests) total() float64 {
+	var t float64
+	for _, v := range r {
+		t += v
+	}
+	return t
+}
+
+// kinds are the kinds of requests counted, in order.
+func (r requests) kinds() []requestKey {
+	return slices.SortedFunc(maps.Keys(r), func(a, b requestKey) int { return strings.Compare(a.String(), b.String()) })
 }
 
 func parseMetrics(data []byte) (map[string]*dto.MetricFamily, error) {
@@ -294,7 +313,6 @@ func cpuTime(p procfs.Proc) (time.Duration, error) {
 // manager is bin/manager run as its own program, as cmd/main.go runs it, without webhooks, with
 // its metrics and profiler on loopback over HTTP.
 type manager struct {
-	cluster                *testenv.Cluster
 	program                *testenv.Program
 	metricsAddr, pprofAddr string
 }
@@ -314,7 +332,7 @@ func startManager(cluster *testenv.Cluster) (*manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &manager{cluster: cluster}
+	m := &manager{}
 	if m.metricsAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
@@ -443,7 +461,7 @@ func (m *manager) settle(want float64) error {
 // restartManager finishes every other TrainJob's JobSet, waits until the manager has written it
 // to their status, restarts the manager, and counts the writes it makes until it settles: none
 // are needed, as nothing changed.
-func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, obs *observer, w workload) (map[string]float64, error) {
+func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, obs *observer, w workload) (requests, error) {
 	finished := 0
 	for i := 0; i < *count; i += 2 {
 		patch := fmt.Sprintf(`{"status":{"terminalState":"Completed","conditions":[{"type":"Completed","status":"True",`+
@@ -481,7 +499,7 @@ func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPl
 		return nil, err
 	}
 	// Leases are the API server's own (the manager runs without leader election).
-	return filter(after.requestsSince(before), func(k requestKey) bool {
+	return after.requestsSince(before).where(func(k requestKey) bool {
 		return k.verb != "GET" && k.verb != "LIST" && k.verb != "WATCH" && k.resource != "leases"
 	}), nil
 }
