@@ -38,6 +38,7 @@ var (
 	managerProfile = flag.String("manager-profile", "", "write a CPU profile of the manager's first 15 seconds of each run to this path, .<workload> added")
 	repeat         = flag.Int("repeat", 1, "measure each workload's floor and operator this many times, in turn; the summary adds the median ratios")
 	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
+	managerEnv     = flag.String("manager-env", "", "comma-separated NAME=value pairs added to the manager's environment, e.g. GOGC=50")
 )
 
 // comparisons are the measured pairs, printed at the end.

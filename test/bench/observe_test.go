@@ -339,7 +339,11 @@ func startManager(cluster *testenv.Cluster) (*manager, error) {
 	if m.pprofAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
-	m.program, err = cluster.StartProgram("manager", []string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"},
+	env := []string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"}
+	if *managerEnv != "" {
+		env = append(env, strings.Split(*managerEnv, ",")...)
+	}
+	m.program, err = cluster.StartProgram("manager", env,
 		"--metrics-bind-address="+m.metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0",
 		"--pprof-bind-address="+m.pprofAddr)
 	if err != nil {
