@@ -24,6 +24,11 @@ const (
 	// TrainJobSuspended is True while the TrainJob is suspended.
 	TrainJobSuspended = "Suspended"
 
+	// TrainJobRunning is True while every pod of the training (every node's, and MPI's launcher;
+	// not the initializers') is ready. It is False once they were and no longer are, and when the TrainJob is
+	// suspended or finished.
+	TrainJobRunning = "Running"
+
 	// TrainJobComplete is True when the TrainJob finished successfully. It is terminal.
 	TrainJobComplete = "Complete"
 
@@ -50,6 +55,15 @@ const (
 	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed.
 	TrainJobResumedReason = "Resumed"
 
+	// TrainJobNodesReadyReason explains Running=True.
+	TrainJobNodesReadyReason = "NodesReady"
+
+	// TrainJobNodesNotReadyReason explains Running=False while a pod of the training is not ready.
+	TrainJobNodesNotReadyReason = "NodesNotReady"
+
+	// TrainJobFinishedReason explains Running=False once the TrainJob is Complete or Failed.
+	TrainJobFinishedReason = "Finished"
+
 	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
 	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
 
@@ -67,9 +81,10 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tj,categories=trainer
-// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`,description="The TrainJob's state: the first condition that is True (Complete, Failed, Suspended, Created)"
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`,description="The TrainJob's state: the first condition that is True (Complete, Failed, Suspended, Running, Created)"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`,description="Pods of the training that are ready, over their number (every node's, and MPI's launcher)"
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`
-// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,description="Number of training nodes set by the TrainJob; empty means the runtime's"
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="Number of training nodes set by the TrainJob; empty means the runtime's"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the JobSet and its Service"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be no more than 63 characters"
@@ -142,6 +157,15 @@ type TrainJobSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="activeDeadlineSeconds is immutable"
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// TTLSecondsAfterFinished deletes the TrainJob, and with it everything it owns, this many
+	// seconds after it finished (Complete or Failed), as for a Job: 0 deletes it as soon as it
+	// finishes; unset keeps it. The time counts from the terminal condition's transition, so a
+	// restart of the operator does not reset it. Tools built on upstream Kubeflow Trainer's Go
+	// types (Kueue among them) do not know this field and drop it when they update the TrainJob.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
 	// Suspend stops the TrainJob's pods, or keeps them from starting, while true. Setting it back
 	// to false resumes the TrainJob. Queueing systems such as Kueue use it to admit TrainJobs.
@@ -492,8 +516,9 @@ type MetadataPatch struct {
 
 // TrainJobStatus is the observed state of a TrainJob.
 type TrainJobStatus struct {
-	// Conditions of the TrainJob: Created, Suspended, and the terminal Complete or Failed. They
-	// are kept in that order of precedence, most significant first.
+	// Conditions of the TrainJob: Created, Running, Suspended, and the terminal Complete or
+	// Failed. They are kept in the order Complete, Failed, Suspended, Running, Created, most
+	// significant first.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -506,6 +531,14 @@ type TrainJobStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	JobsStatus []JobStatus `json:"jobsStatus,omitempty"`
+
+	// Ready is, for display, how many pods of the training (every node's, and MPI's launcher; not
+	// the initializers') are ready, over how many there are: "2/2" once the training runs. JobSet
+	// counts ready Jobs, not pods: a Job's pods count once all of them are ready. jobsStatus holds
+	// the counts per replicated job.
+	// +optional
+	// +kubebuilder:validation:MaxLength=24
+	Ready string `json:"ready,omitempty"`
 }
 
 // JobStatus counts the Jobs of one replicated job by state.

@@ -67,7 +67,8 @@ const DefaultRuntimeGracePeriod = 10 * time.Second
 // change reaches the TrainJobs that use it.
 const runtimeRefIndex = "spec.runtimeRef"
 
-// Setup registers one controller per framework, and the gang controller, with the manager.
+// Setup registers one controller per framework, the gang controller and the TTL controller with
+// the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framework, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &trainer.TrainJob{}, runtimeRefIndex, func(o client.Object) []string {
 		kind, name := trainingruntime.Ref(o.(*trainer.TrainJob))
@@ -125,7 +126,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	for _, pg := range podGroups {
 		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(g.client, owns)))
 	}
-	return b.Complete(g)
+	if err := b.Complete(g); err != nil {
+		return err
+	}
+	return setupTTL(mgr, opts)
 }
 
 // newController starts a TrainJob controller named name that sees only the TrainJobs for which

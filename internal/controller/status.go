@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -17,7 +18,9 @@ import (
 
 // conditionOrder is the order conditions are kept in, most significant first, so that the STATE
 // printer column (the first condition that is True) reads Complete, Failed, Suspended or Created.
-var conditionOrder = []string{trainer.TrainJobComplete, trainer.TrainJobFailed, trainer.TrainJobSuspended, trainer.TrainJobCreated}
+var conditionOrder = []string{
+	trainer.TrainJobComplete, trainer.TrainJobFailed, trainer.TrainJobSuspended, trainer.TrainJobRunning, trainer.TrainJobCreated,
+}
 
 // maxMessageLength is the longest condition message the API accepts.
 const maxMessageLength = 32768
@@ -81,10 +84,11 @@ func timeLeft(tj *trainer.TrainJob, now time.Time) (left time.Duration, ok bool)
 	return start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second).Sub(now), true
 }
 
-// setJobSetStatus mirrors the JobSet's replicated jobs into status.jobsStatus and its terminal
-// state into the Complete or Failed condition, with the reason and message of the JobSet's own
-// condition.
-func setJobSetStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSetStatus) {
+// setJobSetStatus mirrors the JobSet's replicated jobs into status.jobsStatus and status.ready,
+// its terminal state into the Complete or Failed condition, with the reason and message of the
+// JobSet's own condition, and its training's ready pods into the Running condition.
+func setJobSetStatus(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) {
+	js := &jobSet.Status
 	tj.Status.JobsStatus = nil
 	for _, s := range js.ReplicatedJobsStatus {
 		tj.Status.JobsStatus = append(tj.Status.JobsStatus, trainer.JobStatus{
@@ -96,6 +100,12 @@ func setJobSetStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSetStatus) {
 			Suspended: s.Suspended,
 		})
 	}
+
+	ready, total := trainingPods(jobSet)
+	if total > 0 {
+		tj.Status.Ready = fmt.Sprintf("%d/%d", ready, total)
+	}
+	defer setRunning(tj, ready, total)
 
 	terminal := map[string]string{
 		string(jobsetv1alpha2.JobSetCompleted): trainer.TrainJobComplete,
@@ -110,6 +120,51 @@ func setJobSetStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSetStatus) {
 		reason, message = c.Reason, c.Message
 	}
 	setCondition(tj, condType, metav1.ConditionTrue, reason, message)
+}
+
+// trainingPods counts the pods of the JobSet's training, every replicated job's but the
+// initializers', and those of them that are ready. JobSet counts ready Jobs, not pods: a Job's pods
+// count as ready once all of them are.
+func trainingPods(js *jobsetv1alpha2.JobSet) (ready, total int32) {
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		if a := trainer.Ancestor(rj); a == trainer.AncestorDatasetInitializer || a == trainer.AncestorModelInitializer {
+			continue
+		}
+		perJob := ptr.Deref(rj.Template.Spec.Parallelism, 1)
+		if c := rj.Template.Spec.Completions; c != nil && *c < perJob {
+			perJob = *c
+		}
+		total += rj.Replicas * perJob
+		for _, s := range js.Status.ReplicatedJobsStatus {
+			if s.Name == rj.Name {
+				ready += s.Ready * perJob
+			}
+		}
+	}
+	return ready, total
+}
+
+// setRunning reports whether the training runs: Running=True once all its pods are ready; False when one no longer has, and when the TrainJob is suspended or finished. A TrainJob
+// whose training never ran has no Running condition.
+func setRunning(tj *trainer.TrainJob, ready, total int32) {
+	ran := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobRunning) != nil
+	switch {
+	case finished(tj):
+		if ran {
+			setCondition(tj, trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobFinishedReason, "TrainJob is finished")
+		}
+	case ptr.Deref(tj.Spec.Suspend, false):
+		if ran {
+			setCondition(tj, trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobSuspendedReason, "TrainJob is suspended")
+		}
+	case total > 0 && ready == total:
+		setCondition(tj, trainer.TrainJobRunning, metav1.ConditionTrue, trainer.TrainJobNodesReadyReason,
+			fmt.Sprintf("All %d pods of the training are ready", total))
+	case ran:
+		setCondition(tj, trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobNodesNotReadyReason,
+			"A pod of the training is not ready")
+	}
 }
 
 // recordTransitions emits an event for each condition that changed from before, once the status

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -21,14 +22,25 @@ func cond(condType string, status metav1.ConditionStatus, reason, message string
 	return metav1.Condition{Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: 3}
 }
 
+// replicatedJob is a replicated job of a cached JobSet: its name, replicas and ancestor step.
+func replicatedJob(name, ancestor string, replicas int32) jobsetv1alpha2.ReplicatedJob {
+	rj := jobsetv1alpha2.ReplicatedJob{Name: name, Replicas: replicas}
+	if ancestor != "" {
+		rj.Template.Labels = map[string]string{trainer.AncestorStepLabel: ancestor}
+	}
+	return rj
+}
+
 var ignoreTime = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
 
 func TestStatus(t *testing.T) {
 	created := cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet created")
+	running := cond(trainer.TrainJobRunning, metav1.ConditionTrue, trainer.TrainJobNodesReadyReason, "All 2 pods of the training are ready")
 	cases := map[string]struct {
 		suspend            bool
 		jobSetWasSuspended bool
 		before             []metav1.Condition
+		replicatedJobs     []jobsetv1alpha2.ReplicatedJob
 		jobSet             *jobsetv1alpha2.JobSetStatus
 		want               trainer.TrainJobStatus
 	}{
@@ -119,6 +131,88 @@ func TestStatus(t *testing.T) {
 				created,
 			}},
 		},
+		"a TrainJob whose training Jobs all have their pods ready is Running; initializers do not count": {
+			before:         []metav1.Condition{created},
+			replicatedJobs: []jobsetv1alpha2.ReplicatedJob{replicatedJob("dataset", trainer.AncestorDatasetInitializer, 1), replicatedJob("node", trainer.AncestorTrainer, 2)},
+			jobSet: &jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{
+				{Name: "dataset", Succeeded: 1}, {Name: "node", Ready: 2, Active: 2},
+			}},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{running, created},
+				JobsStatus: []trainer.JobStatus{{Name: "dataset", Succeeded: 1}, {Name: "node", Ready: 2, Active: 2}},
+				Ready:      "2/2",
+			},
+		},
+		"a Job's pods count once all of them are ready, as upstream's runtimes run all nodes in one Job": {
+			before: []metav1.Condition{created},
+			replicatedJobs: []jobsetv1alpha2.ReplicatedJob{{Name: "node", Replicas: 1, Template: batchv1.JobTemplateSpec{
+				Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](3), Completions: ptr.To[int32](2)},
+			}}},
+			jobSet: &jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Ready: 1, Active: 1}}},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{running, created},
+				JobsStatus: []trainer.JobStatus{{Name: "node", Ready: 1, Active: 1}},
+				Ready:      "2/2",
+			},
+		},
+		"a TrainJob still starting has no Running condition; MPI's launcher counts": {
+			before:         []metav1.Condition{created},
+			replicatedJobs: []jobsetv1alpha2.ReplicatedJob{replicatedJob("launcher", "", 1), replicatedJob("node", trainer.AncestorTrainer, 2)},
+			jobSet: &jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{
+				{Name: "launcher", Ready: 1, Active: 1}, {Name: "node", Ready: 1, Active: 2},
+			}},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{created},
+				JobsStatus: []trainer.JobStatus{{Name: "launcher", Ready: 1, Active: 1}, {Name: "node", Ready: 1, Active: 2}},
+				Ready:      "2/3",
+			},
+		},
+		"a Running TrainJob with a pod no longer ready is not Running": {
+			before:         []metav1.Condition{running, created},
+			replicatedJobs: []jobsetv1alpha2.ReplicatedJob{replicatedJob("node", trainer.AncestorTrainer, 2)},
+			jobSet: &jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{
+				{Name: "node", Ready: 1, Active: 2},
+			}},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{
+					cond(trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobNodesNotReadyReason, "A pod of the training is not ready"),
+					created,
+				},
+				JobsStatus: []trainer.JobStatus{{Name: "node", Ready: 1, Active: 2}},
+				Ready:      "1/2",
+			},
+		},
+		"a Running TrainJob that is suspended is not Running": {
+			suspend:        true,
+			before:         []metav1.Condition{running, created},
+			replicatedJobs: []jobsetv1alpha2.ReplicatedJob{replicatedJob("node", trainer.AncestorTrainer, 2)},
+			jobSet:         &jobsetv1alpha2.JobSetStatus{},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{
+					cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended"),
+					cond(trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobSuspendedReason, "TrainJob is suspended"),
+					created,
+				},
+				Ready: "0/2",
+			},
+		},
+		"a Running TrainJob that completes is no longer Running": {
+			before:         []metav1.Condition{running, created},
+			replicatedJobs: []jobsetv1alpha2.ReplicatedJob{replicatedJob("node", trainer.AncestorTrainer, 2)},
+			jobSet: &jobsetv1alpha2.JobSetStatus{
+				TerminalState:        "Completed",
+				ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 2}},
+			},
+			want: trainer.TrainJobStatus{
+				Conditions: []metav1.Condition{
+					cond(trainer.TrainJobComplete, metav1.ConditionTrue, "JobSetCompleted", "JobSet is Completed"),
+					cond(trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobFinishedReason, "TrainJob is finished"),
+					created,
+				},
+				JobsStatus: []trainer.JobStatus{{Name: "node", Succeeded: 2}},
+				Ready:      "0/2",
+			},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -127,7 +221,10 @@ func TestStatus(t *testing.T) {
 			tj.Status.Conditions = tc.before
 			setSuspended(tj, tc.jobSetWasSuspended)
 			if tc.jobSet != nil {
-				setJobSetStatus(tj, tc.jobSet)
+				setJobSetStatus(tj, &jobsetv1alpha2.JobSet{
+					Spec:   jobsetv1alpha2.JobSetSpec{ReplicatedJobs: tc.replicatedJobs},
+					Status: *tc.jobSet,
+				})
 			}
 			if diff := cmp.Diff(tc.want, tj.Status, ignoreTime); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)

@@ -114,6 +114,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		}
 		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason,
 			fmt.Sprintf("TrainJob ran longer than its spec.activeDeadlineSeconds (%ds): its pods are stopped", *tj.Spec.ActiveDeadlineSeconds))
+		setRunning(tj, 0, 0)
 		return ctrl.Result{}, nil
 	}
 
@@ -194,13 +195,14 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, err
 		}
 	}
+	kind, name := trainingruntime.Ref(tj)
 	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
-		fmt.Sprintf("JobSet %q is created", tj.Name))
+		fmt.Sprintf("JobSet %q is created from %s %q", tj.Name, kind, name))
 
 	// 5. Report suspension and the JobSet's progress.
 	setSuspended(tj, jobSetWasSuspended)
 	if js != nil {
-		setJobSetStatus(tj, &js.Status)
+		setJobSetStatus(tj, js)
 	}
 	return ctrl.Result{}, nil
 }
@@ -429,12 +431,17 @@ func activeTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*tr
 // finished reports whether the TrainJob reached a terminal condition. A finished TrainJob is
 // final: its children are never written again, not even recreated when deleted.
 func finished(tj *trainer.TrainJob) bool {
-	for _, c := range tj.Status.Conditions {
+	return finishedAt(tj) != nil
+}
+
+// finishedAt is the TrainJob's terminal condition (Complete or Failed), or nil.
+func finishedAt(tj *trainer.TrainJob) *metav1.Condition {
+	for i, c := range tj.Status.Conditions {
 		if (c.Type == trainer.TrainJobComplete || c.Type == trainer.TrainJobFailed) && c.Status == metav1.ConditionTrue {
-			return true
+			return &tj.Status.Conditions[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // fieldManager is the server-side apply field manager of a framework's controller.

@@ -94,6 +94,12 @@ func (w *TrainJobWrapper) Suspend(s bool) *TrainJobWrapper {
 	return w
 }
 
+// TTLSecondsAfterFinished sets spec.ttlSecondsAfterFinished.
+func (w *TrainJobWrapper) TTLSecondsAfterFinished(seconds int32) *TrainJobWrapper {
+	w.Spec.TTLSecondsAfterFinished = &seconds
+	return w
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *TrainJobWrapper) ManagedBy(m string) *TrainJobWrapper {
 	w.Spec.ManagedBy = &m

@@ -88,20 +88,22 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 	return w.validate(ctx, tj)
 }
 
-// ValidateUpdate lets a running TrainJob change only its spec.suspend: anything else would not
-// reach its running JobSet, or would break it. A suspended TrainJob, or one that the update
-// suspends, may change anything the schema allows, such as the podSpecOverrides Kueue adds. An
-// update of spec.suspend or metadata alone is never refused: Kueue must always be able to
-// suspend, even a TrainJob whose runtime has changed since it was built.
+// ValidateUpdate lets a running TrainJob change only its spec.suspend and
+// spec.ttlSecondsAfterFinished: anything else would not reach its running JobSet, or would break
+// it. A suspended TrainJob, or one that the update suspends, may change anything the schema
+// allows, such as the podSpecOverrides Kueue adds. An update of those two fields or metadata
+// alone is never refused: Kueue must always be able to suspend, even a TrainJob whose runtime has
+// changed since it was built, and a TTL may change at any time, as a Job's.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
 	before, after := old.Spec.DeepCopy(), tj.Spec.DeepCopy()
 	before.Suspend, after.Suspend = nil, nil
+	before.TTLSecondsAfterFinished, after.TTLSecondsAfterFinished = nil, nil
 	if apiequality.Semantic.DeepEqual(before, after) {
 		return nil, nil
 	}
 	if running(old) && running(tj) {
 		return nil, invalid("TrainJob", tj.Name, field.Forbidden(field.NewPath("spec"),
-			"only spec.suspend may change while the TrainJob runs: suspend it first"))
+			"only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs: suspend it first"))
 	}
 	return w.validate(ctx, tj)
 }

@@ -33,17 +33,24 @@ func TestUpdates(t *testing.T) {
 		"a running TrainJob's metadata can change": {
 			change: func(tj *trainer.TrainJob) { tj.Labels = map[string]string{"team": "a"} },
 		},
+		"a running TrainJob can change its TTL, as a Job can": {
+			change: func(tj *trainer.TrainJob) { tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](60) },
+		},
+		"a TTL cannot be negative": {
+			change:  func(tj *trainer.TrainJob) { tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](-1) },
+			wantErr: "spec.ttlSecondsAfterFinished: Invalid value: -1: spec.ttlSecondsAfterFinished in body should be greater than or equal to 0",
+		},
 		"a running TrainJob cannot change its image": {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{Image: ptr.To("other")} },
-			wantErr: "spec: Forbidden: only spec.suspend may change while the TrainJob runs: suspend it first",
+			wantErr: "spec: Forbidden: only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs: suspend it first",
 		},
 		"a running TrainJob cannot get overrides": {
 			change:  nodeSelector,
-			wantErr: "spec: Forbidden: only spec.suspend may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs",
 		},
 		"a running TrainJob cannot change its labels for the JobSet": {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.Labels = map[string]string{"team": "a"} },
-			wantErr: "spec: Forbidden: only spec.suspend may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs",
 		},
 		"a suspended TrainJob can get the overrides Kueue adds": {
 			suspended: true,
