@@ -89,7 +89,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	for _, pg := range podGroups {
 		gvk, _ := apiutil.GVKForObject(pg, mgr.GetScheme())
 		mgr.GetLogger().Info("PodGroup CRD found: gang scheduling with it is on", "kind", gvk.String())
+		informer, err := mgr.GetCache().GetInformer(ctx, pg)
+		if err != nil {
+			return err
+		}
+		if err := observeGangWait(informer); err != nil {
+			return err
+		}
 	}
+	trainJobs.use(mgr.GetCache(), frameworks)
 	jobSets, err := jobsetclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return err

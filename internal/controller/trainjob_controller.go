@@ -71,6 +71,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj)
+	recordCreationFailure(r.framework, tj)
 	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
 		result.RequeueAfter = left // Check the deadline when it passes.
 	}
@@ -84,6 +85,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 	}
 	recordTransitions(r.recorder, tj, before.Conditions)
+	recordMetrics(r.framework, tj, before.Conditions)
 	return result, err
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,9 +16,6 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -234,7 +230,7 @@ func (cp *controlPlane) sample(ctx context.Context) (*sample, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	families, err := parseMetrics(data)
+	families, err := testenv.ParseMetrics(data)
 	if err != nil {
 		return nil, err
 	}
@@ -296,11 +292,6 @@ func (r requests) kinds() []requestKey {
 	return slices.SortedFunc(maps.Keys(r), func(a, b requestKey) int { return strings.Compare(a.String(), b.String()) })
 }
 
-func parseMetrics(data []byte) (map[string]*dto.MetricFamily, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(bytes.NewReader(data))
-}
-
 // cpuTime is the user and system CPU time a process has used.
 func cpuTime(p procfs.Proc) (time.Duration, error) {
 	st, err := p.Stat()
@@ -317,26 +308,16 @@ type manager struct {
 	metricsAddr, pprofAddr string
 }
 
-// freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 func startManager(cluster *testenv.Cluster) (*manager, error) {
 	kubeconfig, err := cluster.Kubeconfig("manager")
 	if err != nil {
 		return nil, err
 	}
 	m := &manager{}
-	if m.metricsAddr, err = freeAddr(); err != nil {
+	if m.metricsAddr, err = testenv.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if m.pprofAddr, err = freeAddr(); err != nil {
+	if m.pprofAddr, err = testenv.FreeAddr(); err != nil {
 		return nil, err
 	}
 	env := []string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"}
@@ -426,7 +407,7 @@ func (m *manager) reconciles() (done, queued float64, err error) {
 	if _, err := buf.ReadFrom(bufio.NewReader(resp.Body)); err != nil {
 		return 0, 0, err
 	}
-	families, err := parseMetrics(buf.Bytes())
+	families, err := testenv.ParseMetrics(buf.Bytes())
 	if err != nil {
 		return 0, 0, err
 	}

@@ -36,6 +36,8 @@ var Scheme = func() *runtime.Scheme {
 // Cluster is a started environment and a client for it.
 type Cluster struct {
 	Env *envtest.Environment
+	// metricsAddr is where the last manager StartManager started serves its metrics.
+	metricsAddr string
 	// Client reads from the API server, not a cache: tests see what is there.
 	Client client.Client
 	// Dir holds the state of the programs the cluster runs beside the API server (kubeconfigs,

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,10 +44,15 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		edit(&cacheOpts)
 	}
 	hooks := env.WebhookInstallOptions
+	if c.metricsAddr, err = FreeAddr(); err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  Scheme,
-		Cache:   cacheOpts,
-		Metrics: metricsserver.Options{BindAddress: "0"},
+		Scheme: Scheme,
+		Cache:  cacheOpts,
+		// Over plain HTTP on loopback, for the tests to scrape; the install serves it over HTTPS
+		// to authorized callers only.
+		Metrics: metricsserver.Options{BindAddress: c.metricsAddr},
 		// A test's manager has nothing to finish: a long graceful shutdown only slows the suite.
 		GracefulShutdownTimeout: ptr.To(time.Second),
 		WebhookServer: webhook.NewServer(webhook.Options{
@@ -85,6 +94,25 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		}
 	}
 	return stop, nil
+}
+
+// MetricsURL is where the manager StartManager started last serves its metrics.
+func (c *Cluster) MetricsURL() string { return "http://" + c.metricsAddr + "/metrics" }
+
+// ParseMetrics reads metrics in Prometheus's text format.
+func ParseMetrics(data []byte) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(bytes.NewReader(data))
+}
+
+// FreeAddr returns a loopback address with a port nobody listens on.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // waitForTLS waits until a TLS server accepts connections at addr.

@@ -1,0 +1,210 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// The operator's metrics, served with controller-runtime's on the manager's metrics endpoint.
+// docs/metrics.md lists them with example queries.
+var (
+	// latencyBuckets run from 50 ms to about an hour.
+	latencyBuckets = prometheus.ExponentialBuckets(0.05, 2, 17)
+
+	transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_transitions_total",
+		Help: "TrainJobs that changed state (the STATE column), by framework, the states before and after, and the reason of the new state's condition.",
+	}, []string{"framework", "from", "to", "reason"})
+	creationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_creation_failures_total",
+		Help: "Reconciles that could not build a TrainJob's children (reason JobsBuildFailed) or write them (JobsCreationFailed), by framework and reason.",
+	}, []string{"framework", "reason"})
+	timeToJobSet = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "trainjob_time_to_jobset_seconds",
+		Help:    "Seconds from a TrainJob's creation to its JobSet's creation, by framework.",
+		Buckets: latencyBuckets,
+	}, []string{"framework"})
+	timeToRunning = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "trainjob_time_to_running_seconds",
+		Help:    "Seconds from a TrainJob's creation to its first Running condition (every pod of the training ready), by framework.",
+		Buckets: latencyBuckets,
+	}, []string{"framework"})
+	gangWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "trainjob_gang_wait_seconds",
+		Help:    "Seconds from a TrainJob's PodGroup's creation to its scheduler reporting the gang running, by scheduler.",
+		Buckets: latencyBuckets,
+	}, []string{"scheduler"})
+	trainJobs = &trainJobsCollector{}
+)
+
+func init() {
+	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, gangWait, trainJobs)
+}
+
+// pendingState is the state of a TrainJob with no condition True: not created yet, or failing to.
+const pendingState = "Pending"
+
+// state is what the STATE printer column shows: the first condition that is True, in
+// conditionOrder, else Pending.
+func state(conditions []metav1.Condition) (state, reason string) {
+	for _, c := range conditions {
+		if c.Status == metav1.ConditionTrue {
+			return c.Type, c.Reason
+		}
+	}
+	return pendingState, ""
+}
+
+// recordMetrics counts what a written status says happened to the TrainJob since before.
+func recordMetrics(fw framework.Framework, tj *trainer.TrainJob, before []metav1.Condition) {
+	from, _ := state(before)
+	to, reason := state(tj.Status.Conditions)
+	if from != to {
+		transitions.WithLabelValues(fw.Name(), from, to, reason).Inc()
+	}
+	age := time.Since(tj.CreationTimestamp.Time).Seconds()
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated) && !apimeta.IsStatusConditionTrue(before, trainer.TrainJobCreated) {
+		timeToJobSet.WithLabelValues(fw.Name()).Observe(age)
+	}
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobRunning) && apimeta.FindStatusCondition(before, trainer.TrainJobRunning) == nil {
+		timeToRunning.WithLabelValues(fw.Name()).Observe(age)
+	}
+}
+
+// recordCreationFailure counts a reconcile that left the TrainJob's children unbuilt or
+// unwritten, retries included.
+func recordCreationFailure(fw framework.Framework, tj *trainer.TrainJob) {
+	c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated)
+	if c != nil && c.Status == metav1.ConditionFalse {
+		creationFailures.WithLabelValues(fw.Name(), c.Reason).Inc()
+	}
+}
+
+// observeGangWait adds to the gang wait histogram when a PodGroup's scheduler first reports it
+// running. It sees updates only: the PodGroups a restarted manager lists are not counted again.
+func observeGangWait(informer cache.Informer) error {
+	_, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
+		scheduler, was := gangRunning(oldObj)
+		if _, is := gangRunning(newObj); is && !was {
+			pg := newObj.(client.Object)
+			gangWait.WithLabelValues(scheduler).Observe(time.Since(pg.GetCreationTimestamp().Time).Seconds())
+		}
+	}})
+	return err
+}
+
+// gangRunning reports whether a PodGroup's scheduler says its gang was scheduled and runs (or
+// ran), and which scheduler that is.
+func gangRunning(obj any) (scheduler string, running bool) {
+	switch pg := obj.(type) {
+	case *schedulerpluginsv1alpha1.PodGroup:
+		switch pg.Status.Phase {
+		case schedulerpluginsv1alpha1.PodGroupRunning, schedulerpluginsv1alpha1.PodGroupFinished, schedulerpluginsv1alpha1.PodGroupFailed:
+			return "coscheduling", true
+		}
+		return "coscheduling", false
+	case *volcanov1beta1.PodGroup:
+		switch pg.Status.Phase {
+		case volcanov1beta1.PodGroupRunning, volcanov1beta1.PodGroupCompleted:
+			return "volcano", true
+		}
+		return "volcano", false
+	}
+	return "", false
+}
+
+// trainJobsCollector counts the TrainJobs in the manager's cache when the metrics are scraped:
+// by framework and state, and by runtime. Counting at scrape time cannot drift from the cluster.
+type trainJobsCollector struct {
+	mu         sync.Mutex
+	reader     client.Reader
+	frameworks []framework.Framework
+}
+
+var (
+	trainJobsDesc = prometheus.NewDesc("trainjob_trainjobs",
+		"TrainJobs in the cluster, by the framework that runs them and their state (the STATE column; Pending when no condition is True).",
+		[]string{"framework", "state"}, nil)
+	runtimeUsageDesc = prometheus.NewDesc("trainjob_runtime_trainjobs",
+		"TrainJobs in the cluster by the runtime they name (namespace is empty for a ClusterTrainingRuntime).",
+		[]string{"kind", "namespace", "name"}, nil)
+)
+
+// use makes the collector count from a manager's cache. A process that starts a new manager (the
+// tests) points it at the new one.
+func (c *trainJobsCollector) use(reader client.Reader, frameworks []framework.Framework) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reader, c.frameworks = reader, frameworks
+}
+
+func (c *trainJobsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- trainJobsDesc
+	ch <- runtimeUsageDesc
+}
+
+func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	reader, frameworks := c.reader, c.frameworks
+	c.mu.Unlock()
+	if reader == nil {
+		return
+	}
+	ctx := context.Background()
+	list := &trainer.TrainJobList{}
+	// The cache's own objects, read and not changed: copying 10,000 TrainJobs per scrape would
+	// cost more than counting them.
+	if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		ch <- prometheus.NewInvalidMetric(trainJobsDesc, err)
+		return
+	}
+	type runtimeKey struct{ kind, namespace, name string }
+	type stateKey struct{ framework, state string }
+	frameworkOf := map[runtimeKey]string{}
+	byRuntime := map[runtimeKey]float64{}
+	byState := map[stateKey]float64{}
+	for i := range list.Items {
+		tj := &list.Items[i]
+		kind, name := trainingruntime.Ref(tj)
+		key := runtimeKey{kind: kind, name: name}
+		if kind == trainer.TrainingRuntimeKind {
+			key.namespace = tj.Namespace
+		}
+		byRuntime[key]++
+		fw, ok := frameworkOf[key]
+		if !ok {
+			var policy *trainer.MLPolicy
+			if rt, err := trainingruntime.Resolve(ctx, reader, tj); err == nil {
+				policy = rt.Spec.MLPolicy
+			}
+			fw = "none"
+			if f := framework.Select(frameworks, policy); f != nil {
+				fw = f.Name()
+			}
+			frameworkOf[key] = fw
+		}
+		s, _ := state(tj.Status.Conditions)
+		byState[stateKey{fw, s}]++
+	}
+	for k, n := range byState {
+		ch <- prometheus.MustNewConstMetric(trainJobsDesc, prometheus.GaugeValue, n, k.framework, k.state)
+	}
+	for k, n := range byRuntime {
+		ch <- prometheus.MustNewConstMetric(runtimeUsageDesc, prometheus.GaugeValue, n, k.kind, k.namespace, k.name)
+	}
+}

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// metrics is one scrape of the manager's metrics endpoint.
+type metrics map[string]*dto.MetricFamily
+
+func scrape(t require.TestingT) metrics {
+	resp, err := http.Get(cluster.MetricsURL())
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	families, err := testenv.ParseMetrics(data)
+	require.NoError(t, err)
+	return families
+}
+
+// value sums a metric's samples whose labels include want: counters and gauges by value,
+// histograms by their number of observations.
+func (m metrics) value(name string, want map[string]string) float64 {
+	var sum float64
+	family, ok := m[name]
+	if !ok {
+		return 0
+	}
+	for _, s := range family.Metric {
+		labels := map[string]string{}
+		for _, l := range s.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		matches := true
+		for k, v := range want {
+			matches = matches && labels[k] == v
+		}
+		if !matches {
+			continue
+		}
+		switch {
+		case s.Counter != nil:
+			sum += s.Counter.GetValue()
+		case s.Gauge != nil:
+			sum += s.Gauge.GetValue()
+		case s.Histogram != nil:
+			sum += float64(s.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// TestMetricsTellWhatHappened runs TrainJobs to each state, and a coscheduling gang, and reads
+// on the metrics endpoint what happened: TrainJobs by state and runtime, transitions, the time to
+// the JobSet and to running, a creation failure and the gang's wait.
+func TestMetricsTellWhatHappened(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createRuntime(t, ns, "metrics", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("100m")).Obj())
+	gangJob := nodeJob("100m")
+	gangJob.Template.Spec.Template.Spec.SchedulerName = testenv.CoschedulingScheduler
+	createRuntime(t, ns, "metrics-gang", utiltesting.MakeRuntimeSpec().ReplicatedJobs(gangJob).
+		PodGroupPolicy(trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}).Obj())
+	// A JobSet that someone else made has the name of the TrainJob "taken": it cannot be created.
+	squatter := &jobsetv1alpha2.JobSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: ns},
+		Spec:       jobsetv1alpha2.JobSetSpec{Suspend: ptr.To(true), ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{nodeJob("100m")}},
+	}
+	require.NoError(t, k8sClient.Create(ctx, squatter))
+	before := scrape(t)
+
+	done := createTrainJob(t, ns, "done", "metrics", nil)
+	gang := createTrainJob(t, ns, "gang", "metrics-gang", nil)
+	running := runningTrainJob(t, ns, "running", "metrics")
+	taken := createTrainJob(t, ns, "taken", "metrics", nil)
+	waitForComplete(t, done)
+	waitForComplete(t, gang)
+	waitForTrainJob(t, running, isTrue(trainer.TrainJobRunning))
+	waitForTrainJob(t, taken, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Len(c, tj.Status.Conditions, 1)
+		assert.Equal(c, trainer.TrainJobJobsCreationFailedReason, tj.Status.Conditions[0].Reason)
+	})
+
+	plain := map[string]string{"framework": "plain"}
+	with := func(k, v string) map[string]string { return map[string]string{"framework": "plain", k: v} }
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		after := scrape(c)
+		delta := func(name string, labels map[string]string) float64 {
+			return after.value(name, labels) - before.value(name, labels)
+		}
+		assert.Equal(c, 3.0, after.value("trainjob_runtime_trainjobs", map[string]string{"kind": trainer.TrainingRuntimeKind, "namespace": ns, "name": "metrics"}))
+		assert.Equal(c, 1.0, after.value("trainjob_runtime_trainjobs", map[string]string{"kind": trainer.TrainingRuntimeKind, "namespace": ns, "name": "metrics-gang"}))
+		assert.GreaterOrEqual(c, delta("trainjob_trainjobs", with("state", trainer.TrainJobComplete)), 2.0, "Complete TrainJobs")
+		assert.GreaterOrEqual(c, after.value("trainjob_trainjobs", with("state", trainer.TrainJobRunning)), 1.0, "Running TrainJobs")
+		assert.GreaterOrEqual(c, after.value("trainjob_trainjobs", with("state", "Pending")), 1.0, "Pending TrainJobs")
+		assert.GreaterOrEqual(c, delta("trainjob_transitions_total", with("to", trainer.TrainJobComplete)), 2.0, "transitions to Complete")
+		assert.GreaterOrEqual(c, delta("trainjob_transitions_total", map[string]string{"from": "Pending", "to": trainer.TrainJobCreated, "reason": trainer.TrainJobJobsCreatedReason}), 3.0)
+		assert.GreaterOrEqual(c, delta("trainjob_time_to_jobset_seconds", plain), 3.0, "JobSets created")
+		assert.GreaterOrEqual(c, delta("trainjob_time_to_running_seconds", plain), 1.0, "TrainJobs running")
+		assert.GreaterOrEqual(c, delta("trainjob_creation_failures_total", with("reason", trainer.TrainJobJobsCreationFailedReason)), 1.0)
+		assert.GreaterOrEqual(c, delta("trainjob_gang_wait_seconds", map[string]string{"scheduler": "coscheduling"}), 1.0, "gangs scheduled")
+	}, timeout, interval)
+}
