@@ -80,7 +80,7 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 func WithLocalCluster(o LocalOptions) Option {
 	return func(s *settings) {
 		s.local = &o
-		s.crds = append(s.crds, kueueCRD)
+		s.crds = append(s.crds, kueueCRD, elasticQuotaCRD)
 	}
 }
 

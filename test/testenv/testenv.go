@@ -25,6 +25,10 @@ var (
 		{path: "test/testenv/crds/scheduling.volcano.sh_podgroups.yaml"},
 	}
 	kueueCRD = crd{in: kueueToolsModule, module: "sigs.k8s.io/kueue", path: "config/components/crd/bases"}
+	// elasticQuotaCRD is not the operator's concern, but the scheduler-plugins controller, which
+	// writes the PodGroups' status, also runs an ElasticQuota controller and exits two minutes
+	// after it starts when that CRD is missing.
+	elasticQuotaCRD = crd{module: "sigs.k8s.io/scheduler-plugins", path: "config/crd/bases/scheduling.x-k8s.io_elasticquotas.yaml"}
 )
 
 // crd is a file or folder of CRDs: path inside module, whose version is the one that the go.mod
