@@ -22,6 +22,7 @@ import (
 	"github.com/trainjob/operator/internal/framework/plain"
 	"github.com/trainjob/operator/internal/framework/torch"
 	"github.com/trainjob/operator/internal/framework/xgboost"
+	"github.com/trainjob/operator/internal/progress"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -45,6 +46,9 @@ type Options struct {
 	// RuntimeGracePeriod is how long a new TrainJob waits for a missing runtime before it fails;
 	// zero means DefaultRuntimeGracePeriod.
 	RuntimeGracePeriod time.Duration
+	// Progress is the endpoint the trainers report their progress to, or nil when the manager
+	// serves none (it is served by the webhook server).
+	Progress *progress.Endpoint
 	// SkipNameValidation lets a process register the controllers again, in a new manager: the
 	// tests restart the manager in-process.
 	SkipNameValidation bool
@@ -93,7 +97,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		if err != nil {
 			return err
 		}
-		if err := observeGangWait(informer); err != nil {
+		if err := watchGangs(informer, mgr.GetEventRecorder("trainer.kubeflow.org/"+gangController)); err != nil {
 			return err
 		}
 	}
@@ -111,6 +115,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			framework:          fw,
 			frameworks:         frameworks,
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
+			progress:           opts.Progress,
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
 		// A JobSet's creation needs nothing more of its TrainJob: the controller created it and

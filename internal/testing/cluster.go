@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -31,4 +32,17 @@ func WaitFor[T client.Object](t gotesting.TB, c client.Client, p Polling, key cl
 		check(ct, obj)
 	}, p.Timeout, p.Interval, "%T %s", obj, key)
 	return obj
+}
+
+// EventReasons lists "<type>/<reason>" of each event about an object.
+func EventReasons(t require.TestingT, c client.Reader, obj client.Object) []string {
+	list := &eventsv1.EventList{}
+	require.NoError(t, c.List(context.Background(), list, client.InNamespace(obj.GetNamespace())))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.UID == obj.GetUID() {
+			reasons = append(reasons, e.Type+"/"+e.Reason)
+		}
+	}
+	return reasons
 }

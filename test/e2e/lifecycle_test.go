@@ -150,10 +150,16 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, pods(c, tj), 3) }, timeout, interval)
 	time.Sleep(5 * time.Second) // The scheduler has tried them all by now.
 	assert.Zero(t, bound(pods(t, tj)), "a pod of a gang that cannot fit was bound")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Normal/GangWaiting")
+	}, timeout, interval, "kubectl describe tells why the gang waits")
 
 	addNode(t, pool+"-c", pool, "4")
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, bound(pods(c, tj))) }, 2*timeout, interval,
 		"the gang binds once it fits")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Normal/GangScheduled")
+	}, timeout, interval, "kubectl describe tells when the gang was placed")
 }
 
 // TestNamesAtTheLimit creates the TrainJob with the longest name that admission accepts for the

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	eventsv1 "k8s.io/api/events/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -105,13 +104,5 @@ func waitForJobSet(t *testing.T, tj *trainer.TrainJob, check func(c *assert.Coll
 // eventReasons lists the type and reason of each event about an object.
 func eventReasons(t *testing.T, obj client.Object) []string {
 	t.Helper()
-	list := &eventsv1.EventList{}
-	require.NoError(t, k8sClient.List(context.Background(), list, client.InNamespace(obj.GetNamespace())))
-	var reasons []string
-	for _, e := range list.Items {
-		if e.Regarding.UID == obj.GetUID() {
-			reasons = append(reasons, e.Type+"/"+e.Reason)
-		}
-	}
-	return reasons
+	return utiltesting.EventReasons(t, k8sClient, obj)
 }
