@@ -74,6 +74,7 @@ FUZZTIME ?= 30s
 fuzz: ## Run each fuzz target for FUZZTIME (go test's coverage-guided fuzzer); `go test` alone runs their seeds.
 	$(GO) test ./internal/build -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/framework/mpi -run '^$$' -fuzz '^FuzzHostfile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/progress -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only, without an API server.

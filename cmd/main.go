@@ -5,7 +5,9 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +27,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/certs"
 	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/progress"
 	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
 
@@ -63,6 +66,8 @@ func main() {
 		qps                                     float64
 		burst                                   int
 		controllerOpts                          controller.Options
+		progressURL                             string
+		progressOpts                            progress.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address the metrics endpoint binds to, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
@@ -94,6 +99,12 @@ func main() {
 		"Number of TrainJobs each framework controller reconciles at once.")
 	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", controller.DefaultRuntimeGracePeriod,
 		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")
+	flag.StringVar(&progressURL, "progress-url", "",
+		"Base URL the trainers reach the webhook server at, to report progress; empty means https://<webhook-service>.<namespace>.svc.")
+	flag.DurationVar(&progressOpts.Interval, "progress-interval", progress.DefaultInterval,
+		"Least time between two writes of one TrainJob's reported progress; the latest report wins.")
+	flag.Float64Var(&progressOpts.QPS, "progress-qps", progress.DefaultQPS,
+		"Writes of reported progress per second, for all TrainJobs together.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -118,6 +129,14 @@ func main() {
 	}
 	if secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	if enableWebhooks {
+		// The trainers report progress to the webhook server, over its certificate.
+		if progressURL == "" {
+			progressURL = fmt.Sprintf("https://%s.%s.svc", certOpts.ServiceName, certOpts.Namespace)
+		}
+		controllerOpts.Progress = &progress.Endpoint{URL: progressURL, CAFile: filepath.Join(certOpts.CertDir, "ca.crt")}
 	}
 
 	cfg := ctrl.GetConfigOrDie()
@@ -152,7 +171,8 @@ func main() {
 			certsReady, err = certs.Rotate(mgr, certOpts)
 			exitOn(err, "Unable to set up webhook certificates")
 		}
-		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(), certsReady)
+		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(), certsReady,
+			func(mgr ctrl.Manager) error { return progress.Setup(mgr, progressOpts) })
 	}
 	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")
 	exitOn(mgr.AddReadyzCheck("readyz", ready), "Unable to set up ready check")

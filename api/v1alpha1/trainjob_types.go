@@ -86,6 +86,8 @@ const (
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="Number of training nodes set by the TrainJob; empty means the runtime's"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Progress",type=integer,JSONPath=`.status.trainerStatus.progressPercentage`,priority=1,description="Percent of the training done, as the trainer last reported it"
+// +kubebuilder:printcolumn:name="Remaining",type=integer,JSONPath=`.status.trainerStatus.estimatedRemainingSeconds`,priority=1,description="Seconds the training still needs, as the trainer last estimated it"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the JobSet and its Service"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be no more than 63 characters"
 type TrainJob struct {
@@ -539,6 +541,60 @@ type TrainJobStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=24
 	Ready string `json:"ready,omitempty"`
+
+	// TrainerStatus is the progress the trainer last reported to the operator's progress
+	// endpoint (upstream Kubeflow Trainer's shape): the URL, CA and a token of the TrainJob's own
+	// are in the trainer container's KUBEFLOW_TRAINER_SERVER_* env vars. Nil until a report
+	// arrives. Reports are written at most once per TrainJob per interval, the latest winning.
+	// +optional
+	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
+}
+
+// TrainerStatus is the progress of a TrainJob's trainer, as it reports it.
+// +kubebuilder:validation:XValidation:rule="has(self.lastUpdatedTime)",message="lastUpdatedTime is required when trainerStatus is present"
+type TrainerStatus struct {
+	// ProgressPercentage is how much of the training is done, from 0 to 100; empty if unknown.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	ProgressPercentage *int32 `json:"progressPercentage,omitempty"`
+
+	// EstimatedRemainingSeconds is how long the training still needs; empty if unknown.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	EstimatedRemainingSeconds *int32 `json:"estimatedRemainingSeconds,omitempty"`
+
+	// Metrics are the trainer's latest figures, such as loss or accuracy.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Metrics []Metric `json:"metrics,omitempty"`
+
+	// LastUpdatedTime is when the trainer reported this.
+	// +optional
+	LastUpdatedTime metav1.Time `json:"lastUpdatedTime,omitempty"`
+}
+
+// Metric is one named figure of the trainer's.
+type Metric struct {
+	// Name of the metric, e.g. "loss" or "eval_accuracy".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Name string `json:"name"`
+
+	// Value of the metric, as text.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Value string `json:"value"`
+}
+
+// UpdateTrainJobStatusRequest is the body a trainer posts to the progress endpoint.
+type UpdateTrainJobStatusRequest struct {
+	// TrainerStatus is the trainer's progress; a request without it changes nothing.
+	// +optional
+	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
 }
 
 // JobStatus counts the Jobs of one replicated job by state.

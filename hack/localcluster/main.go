@@ -147,6 +147,8 @@ func start(kubeconfig string, hooks envtest.WebhookInstallOptions, args []string
 		"--webhook-host="+hooks.LocalServingHost,
 		"--webhook-port="+strconv.Itoa(hooks.LocalServingPort),
 		"--webhook-cert-path="+hooks.LocalServingCertDir,
+		// The trainers report their progress to the webhook server on loopback.
+		"--progress-url=https://"+net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort)),
 	)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "ENABLE_WEBHOOKS=true")

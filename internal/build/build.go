@@ -16,6 +16,7 @@ package build
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,9 +43,14 @@ type Children struct {
 	PodGroup runtime.ApplyConfiguration
 }
 
-// Build builds the children of a TrainJob from its runtime, with fw's policy applied. The error
-// says what in the TrainJob or runtime is wrong, for the TrainJob's Created condition.
-func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) (*Children, error) {
+// Step is a step of the pipeline.
+type Step = func(*framework.Draft) error
+
+// Build builds the children of a TrainJob from its runtime, with fw's policy applied, and the
+// extra steps after the TrainJob's own (the progress endpoint's wiring, when the operator serves
+// it). The error says what in the TrainJob or runtime is wrong, for the TrainJob's Created
+// condition.
+func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework, extra ...Step) (*Children, error) {
 	// The steps copy values out of the TrainJob into the JobSet: never share them.
 	tj = tj.DeepCopy()
 	b := &framework.Draft{
@@ -62,17 +68,18 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	// The steps change the JobSet in place: never the runtime's template.
 	b.JobSet = b.JobSet.DeepCopy()
 
-	steps := []func(*framework.Draft) error{
+	steps := slices.Concat([]Step{
 		applyTrainer,
 		func(b *framework.Draft) error { return checkTrainJob(b, fw) },
 		applyInitializers,
 		fw.Apply,
 		applyPodPatches,
 		applyMetadata,
+	}, extra, []Step{
 		gang.Stamp,
 		applyJobSetDefaults,
 		checkNames,
-	}
+	})
 	for _, step := range steps {
 		if err := step(b); err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/progress"
 )
 
 // checkTrainJob runs the checks of the TrainJob's fields against its runtime and framework that
@@ -28,21 +29,27 @@ func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 }
 
 // checkReservedEnv refuses a TrainJob or runtime that sets, on the trainer container, an env var
-// the framework sets itself: the framework's value would silently replace it, or it would
+// the framework, or the operator's progress reporting, sets itself: the framework's value would silently replace it, or it would
 // silently replace the framework's and break the distributed setup. The TrainJob's are errors of
 // the list; the runtime's is a *framework.RuntimeError.
 func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podPatch) (field.ErrorList, error) {
-	reserved := fw.ReservedEnv()
-	if len(reserved) == 0 {
-		return nil, nil
+	// setBy says who sets an env var on the trainer container, or "" when nobody does.
+	setBy := func(name string) string {
+		switch {
+		case slices.Contains(fw.ReservedEnv(), name):
+			return "the " + fw.Name() + " framework"
+		case slices.Contains(progress.ReservedEnv, name):
+			return "the operator, for progress reports"
+		}
+		return ""
 	}
 	// check returns the errors of the reserved vars of env, whose list is at path.
 	check := func(env []corev1.EnvVar, path *field.Path) field.ErrorList {
 		var errs field.ErrorList
 		for i, e := range env {
-			if slices.Contains(reserved, e.Name) {
+			if by := setBy(e.Name); by != "" {
 				errs = append(errs, field.Forbidden(path.Index(i).Child("name"),
-					fmt.Sprintf("%s is set by the %s framework and may not be set by hand", e.Name, fw.Name())))
+					fmt.Sprintf("%s is set by %s and may not be set by hand", e.Name, by)))
 			}
 		}
 		return errs

@@ -34,6 +34,7 @@ import (
 	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/gang"
+	"github.com/trainjob/operator/internal/progress"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -54,6 +55,8 @@ type TrainJobReconciler struct {
 	// runtimeGracePeriod is how long a new TrainJob waits for its runtime to appear before it is
 	// Failed: a runtime applied together with the TrainJob may reach the cache a moment later.
 	runtimeGracePeriod time.Duration
+	// progress is the endpoint whose wiring every JobSet gets, or nil.
+	progress *progress.Endpoint
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -164,7 +167,15 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
 			return ctrl.Result{}, nil
 		}
-		children, err := build.Build(tj, rt, r.framework)
+		var extra []build.Step
+		if r.progress != nil {
+			// Until the endpoint's certificate exists, no JobSet is built without its wiring.
+			if err := r.progress.Ready(); err != nil {
+				return ctrl.Result{}, err
+			}
+			extra = append(extra, r.progress.Inject)
+		}
+		children, err := build.Build(tj, rt, r.framework, extra...)
 		if err != nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 			return ctrl.Result{}, nil

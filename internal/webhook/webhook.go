@@ -28,17 +28,24 @@ import (
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
-// SetupWhenReady registers the webhooks once certsReady is closed: the webhook server starts
-// with its first webhook, and must have a certificate to serve by then. The returned check, for
-// readyz, passes once the webhooks serve.
-func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsReady <-chan struct{}) healthz.Checker {
+// SetupWhenReady registers the webhooks once certsReady is closed, then runs the more setups that
+// serve on the webhook server too (the progress endpoint): the webhook server starts with its
+// first webhook, and must have a certificate to serve by then. The returned check, for readyz,
+// passes once the webhooks serve.
+func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsReady <-chan struct{}, more ...func(ctrl.Manager) error) healthz.Checker {
 	var (
 		registered = make(chan struct{})
 		setupErr   error
 	)
 	go func() {
 		<-certsReady
-		if setupErr = Setup(mgr, frameworks); setupErr != nil {
+		setupErr = Setup(mgr, frameworks)
+		for _, setup := range more {
+			if setupErr == nil {
+				setupErr = setup(mgr)
+			}
+		}
+		if setupErr != nil {
 			mgr.GetLogger().Error(setupErr, "Unable to set up the webhooks")
 		}
 		close(registered)

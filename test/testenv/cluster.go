@@ -78,6 +78,13 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	if err := os.Mkdir(c.LogDir(), 0o755); err != nil {
 		return nil, err
 	}
+	if hooks := env.WebhookInstallOptions; hooks.LocalServingCertDir != "" {
+		// Beside the serving certificate, its CA, where cert-manager's and the operator's own
+		// Secrets have it: the progress endpoint hands it to the trainers.
+		if err := os.WriteFile(filepath.Join(hooks.LocalServingCertDir, "ca.crt"), hooks.LocalServingCAData, 0o644); err != nil {
+			return nil, err
+		}
+	}
 	// Tests create objects in numbers: not at client-go's default 5 queries per second.
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 500, 500

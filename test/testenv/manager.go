@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	jobsetwebhooks "sigs.k8s.io/jobset/pkg/webhooks"
 
 	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/progress"
 	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
 
@@ -64,12 +66,19 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	opts.SkipNameValidation = true
+	if c.settings.webhooks {
+		opts.Progress = &progress.Endpoint{URL: c.WebhookURL(), CAFile: filepath.Join(hooks.LocalServingCertDir, "ca.crt")}
+	}
 	if err := controller.Setup(ctx, mgr, controller.Frameworks(), opts); err != nil {
 		cancel()
 		return nil, err
 	}
 	if c.settings.webhooks {
 		if err := operatorwebhook.Setup(mgr, controller.Frameworks()); err != nil {
+			cancel()
+			return nil, err
+		}
+		if err := progress.Setup(mgr, progress.Options{Interval: ProgressInterval}); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -94,6 +103,16 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		}
 	}
 	return stop, nil
+}
+
+// ProgressInterval is the least time between two writes of a TrainJob's progress in the tests'
+// managers: short, for the tests to see the throttled write.
+const ProgressInterval = 2 * time.Second
+
+// WebhookURL is the base URL of the operator's webhook server, where the progress endpoint is.
+func (c *Cluster) WebhookURL() string {
+	hooks := c.Env.WebhookInstallOptions
+	return "https://" + net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))
 }
 
 // MetricsURL is where the manager StartManager started last serves its metrics.

@@ -1,0 +1,148 @@
+// Package progress lets a TrainJob's trainer report its progress to the operator, which writes
+// it into the TrainJob's status.trainerStatus, in upstream Kubeflow Trainer's shape so that its
+// SDK's reporter works unchanged:
+//
+//   - the build gives the trainer container the endpoint's URL, the path of the CA that signs
+//     the endpoint's certificate, and the path of a service account token whose audience is this
+//     TrainJob's alone (KUBEFLOW_TRAINER_SERVER_URL, _CA_CERT, _TOKEN); the CA comes from a
+//     ConfigMap <tj>-tls-config created once with the JobSet, the token from the kubelet;
+//   - the endpoint, served by the webhook server, accepts a POST of an UpdateTrainJobStatusRequest
+//     only with a token the API server says is a service account's of the TrainJob's namespace,
+//     issued for the TrainJob's audience, and writes the latest report of each TrainJob at most
+//     once per interval, within a rate for all of them.
+package progress
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/upsert"
+)
+
+// The env vars the trainer container gets, upstream's names.
+const (
+	URLEnv    = "KUBEFLOW_TRAINER_SERVER_URL"
+	CACertEnv = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+	TokenEnv  = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+)
+
+// ReservedEnv are the env vars a TrainJob or runtime may not set on the trainer container.
+var ReservedEnv = []string{URLEnv, CACertEnv, TokenEnv}
+
+const (
+	// Volume is the projected volume of the token and the CA, mounted at MountPath.
+	Volume    = "kubeflow-trainer-token"
+	MountPath = "/var/run/secrets/kubeflow/trainer"
+	caFile    = "ca.crt"
+	tokenFile = "token"
+	// defaultServiceAccount runs a pod that names none.
+	defaultServiceAccount = "default"
+	// tokenSeconds is how long a token lives; the kubelet renews it before it expires.
+	tokenSeconds = 3600
+)
+
+// Path is the endpoint's path for one TrainJob, upstream's.
+func Path(namespace, name string) string {
+	return fmt.Sprintf("/apis/trainer.kubeflow.org/v1alpha1/namespaces/%s/trainjobs/%s/status", namespace, name)
+}
+
+// pattern is the endpoint's path with the namespace and name as wildcards, for http.ServeMux.
+var pattern = "POST " + Path("{namespace}", "{name}")
+
+// Audience is the audience a TrainJob's token is issued for, upstream's: a token for one TrainJob
+// is no good for another.
+func Audience(namespace, name string) string {
+	return "trainer.kubeflow.org/v1alpha1/namespaces/" + namespace + "/trainjobs/" + name + "/status"
+}
+
+// ConfigMapName is the name of the TrainJob's ConfigMap holding the endpoint's CA.
+func ConfigMapName(tj string) string { return tj + "-tls-config" }
+
+// Endpoint is where the trainers report: the URL of the webhook server, and the file of the CA
+// that signs its certificate, read when a TrainJob is built (the certificate may be made after
+// the manager starts).
+type Endpoint struct {
+	// URL is the server's base URL, e.g. https://trainjob-webhook-service.trainjob-system.svc.
+	URL string
+	// CAFile is the PEM file of the CA.
+	CAFile string
+
+	mu sync.Mutex
+	ca []byte
+}
+
+// Ready reports whether the CA can be read: a TrainJob is built only once it can.
+func (e *Endpoint) Ready() error {
+	_, err := e.caPEM()
+	return err
+}
+
+// caPEM reads the CA once it exists.
+func (e *Endpoint) caPEM() ([]byte, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ca == nil {
+		data, err := os.ReadFile(e.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the progress endpoint's CA: %w", err)
+		}
+		e.ca = data
+	}
+	return e.ca, nil
+}
+
+// Inject is a build step: it gives the trainer container the endpoint's env vars and mounts its
+// token and CA, and adds the CA's ConfigMap to the children created once.
+func (e *Endpoint) Inject(b *framework.Draft) error {
+	ca, err := e.caPEM()
+	if err != nil {
+		return err
+	}
+	tj := b.TrainJob
+	b.Create = append(b.Create, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ConfigMapName(tj.Name), Namespace: tj.Namespace, Labels: b.Labels(),
+			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
+		},
+		Data: map[string]string{caFile: string(ca)},
+	})
+
+	pod := &b.TrainerJob().Template.Spec.Template.Spec
+	pod.Volumes = upsert.ByKey(pod.Volumes, upsert.VolumeName, volume(tj))
+	if pod.ServiceAccountName == "" {
+		// A token is projected only for a named service account. The API server's ServiceAccount
+		// admission names the default one in most clusters; not in all (envtest's).
+		pod.ServiceAccountName = defaultServiceAccount
+	}
+	c := b.TrainerContainer()
+	c.VolumeMounts = upsert.ByKey(c.VolumeMounts, upsert.MountPath, corev1.VolumeMount{Name: Volume, MountPath: MountPath, ReadOnly: true})
+	c.Env = upsert.Env(c.Env,
+		corev1.EnvVar{Name: URLEnv, Value: e.URL + Path(tj.Namespace, tj.Name)},
+		corev1.EnvVar{Name: CACertEnv, Value: path.Join(MountPath, caFile)},
+		corev1.EnvVar{Name: TokenEnv, Value: path.Join(MountPath, tokenFile)},
+	)
+	return nil
+}
+
+// volume projects the TrainJob's token and the CA into one folder.
+func volume(tj *trainer.TrainJob) corev1.Volume {
+	return corev1.Volume{Name: Volume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: Audience(tj.Namespace, tj.Name), ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: tokenFile,
+			}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(tj.Name)},
+				Items:                []corev1.KeyToPath{{Key: caFile, Path: caFile}},
+			}},
+		},
+	}}}
+}

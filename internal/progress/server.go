@@ -1,0 +1,282 @@
+package progress
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/lru"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+// Defaults of the server's limits.
+const (
+	// DefaultInterval is the least time between two writes of one TrainJob's progress: a trainer
+	// may report every few seconds, its TrainJob's status changes at most this often.
+	DefaultInterval = 30 * time.Second
+	// DefaultQPS bounds the progress writes of all TrainJobs together.
+	DefaultQPS = 20
+	// maxBody is the largest report accepted: 256 metrics of 64-character names and values fit.
+	maxBody = 64 << 10
+	// reviewsPerSecond bounds the TokenReviews the server asks the API server for, so that a flood
+	// of made-up tokens cannot flood the API server through it.
+	reviewsPerSecond = 50
+	// tokenCacheSize and tokenCacheTTL bound how many tokens the server remembers as good, and
+	// for how long: a trainer reports with the same token for most of its hour.
+	tokenCacheSize = 16384
+	tokenCacheTTL  = 5 * time.Minute
+	// fieldManager owns status.trainerStatus.
+	fieldManager = "trainer.kubeflow.org/progress"
+)
+
+// Options tune the server.
+type Options struct {
+	// Interval is the least time between two writes of one TrainJob's progress; zero means
+	// DefaultInterval.
+	Interval time.Duration
+	// QPS bounds the writes of all TrainJobs together; zero means DefaultQPS.
+	QPS float64
+}
+
+// Server receives the trainers' reports on the webhook server and writes the latest of each
+// TrainJob into its status.
+type Server struct {
+	client   client.Client
+	interval time.Duration
+	writes   flowcontrol.RateLimiter
+	reviews  flowcontrol.RateLimiter
+	tokens   *lru.Cache // sha256 of token and TrainJob -> expiry time.Time
+
+	mu sync.Mutex
+	// pending is each TrainJob's latest report not written yet.
+	pending map[types.NamespacedName]*trainer.TrainerStatus
+	// cooling holds the TrainJobs written less than an interval ago, or queued to be.
+	cooling map[types.NamespacedName]bool
+	queue   workqueue.TypedDelayingInterface[types.NamespacedName]
+}
+
+// Setup serves the endpoint on the manager's webhook server and starts its writer. The webhook
+// server must have its certificate.
+func Setup(mgr manager.Manager, opts Options) error {
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.QPS == 0 {
+		opts.QPS = DefaultQPS
+	}
+	s := &Server{
+		client:   mgr.GetClient(),
+		interval: opts.Interval,
+		writes:   flowcontrol.NewTokenBucketRateLimiter(float32(opts.QPS), max(1, int(opts.QPS))),
+		reviews:  flowcontrol.NewTokenBucketRateLimiter(reviewsPerSecond, reviewsPerSecond),
+		tokens:   lru.New(tokenCacheSize),
+		pending:  map[types.NamespacedName]*trainer.TrainerStatus{},
+		cooling:  map[types.NamespacedName]bool{},
+		queue:    workqueue.NewTypedDelayingQueue[types.NamespacedName](),
+	}
+	mgr.GetWebhookServer().Register(pattern, s)
+	return mgr.Add(s)
+}
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/status,verbs=patch
+
+// ServeHTTP takes one report: 200 once it is accepted (it is written within the interval), 401
+// without a good token for the TrainJob, 404 for a TrainJob that does not exist, 413 for a body
+// too large, 422 for a report that is not one, 429 when too many tokens wait to be checked.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		refuse(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "a bearer token of the TrainJob's audience is required")
+		return
+	}
+	switch ok, err := s.authenticate(r.Context(), token, key); {
+	case errors.Is(err, errTooMany):
+		refuse(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, err.Error())
+		return
+	case err != nil:
+		ctrl.LoggerFrom(r.Context()).Error(err, "Checking a progress report's token", "trainJob", key)
+		refuse(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "the token could not be checked")
+		return
+	case !ok:
+		refuse(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+			"the token is not a service account token of namespace "+key.Namespace+" for audience "+Audience(key.Namespace, key.Name))
+		return
+	}
+
+	req, err := decode(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		refuse(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprintf("a report may have at most %d bytes", maxBody))
+		return
+	case err != nil:
+		refuse(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
+		return
+	}
+	if req.TrainerStatus != nil {
+		if err := s.client.Get(r.Context(), key, &trainer.TrainJob{}); apierrors.IsNotFound(err) {
+			refuse(w, http.StatusNotFound, metav1.StatusReasonNotFound, "TrainJob "+key.String()+" does not exist")
+			return
+		}
+		if req.TrainerStatus.LastUpdatedTime.IsZero() {
+			req.TrainerStatus.LastUpdatedTime = metav1.Now()
+		}
+		s.report(key, req.TrainerStatus)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(req)
+}
+
+// decode reads a report and checks it against the schema of status.trainerStatus, so that a
+// report the API server would refuse is refused now, with the reason, and never written.
+func decode(body io.Reader) (*trainer.UpdateTrainJobStatusRequest, error) {
+	req := &trainer.UpdateTrainJobStatusRequest{}
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(req); err != nil {
+		return nil, fmt.Errorf("the body is not an UpdateTrainJobStatusRequest: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("the body holds more than one JSON value")
+	}
+	ts := req.TrainerStatus
+	if ts == nil {
+		return req, nil
+	}
+	path := field.NewPath("trainerStatus")
+	var errs field.ErrorList
+	if p := ts.ProgressPercentage; p != nil && (*p < 0 || *p > 100) {
+		errs = append(errs, field.Invalid(path.Child("progressPercentage"), *p, "must be from 0 to 100"))
+	}
+	if e := ts.EstimatedRemainingSeconds; e != nil && *e < 0 {
+		errs = append(errs, field.Invalid(path.Child("estimatedRemainingSeconds"), *e, "must not be negative"))
+	}
+	if len(ts.Metrics) > 256 {
+		errs = append(errs, field.TooMany(path.Child("metrics"), len(ts.Metrics), 256))
+	}
+	for i, m := range ts.Metrics {
+		for name, v := range map[string]string{"name": m.Name, "value": m.Value} {
+			if len(v) == 0 || len(v) > 64 {
+				errs = append(errs, field.Invalid(path.Child("metrics").Index(i).Child(name), v, "must have 1 to 64 characters"))
+			}
+		}
+	}
+	return req, errs.ToAggregate()
+}
+
+var errTooMany = errors.New("too many progress reports wait for their tokens to be checked; retry later")
+
+// authenticate reports whether the API server says the token is a service account's of the
+// TrainJob's namespace, issued for the TrainJob's audience (and, for a pod's token, that the pod
+// still exists). A good token is remembered for a few minutes.
+func (s *Server) authenticate(ctx context.Context, token string, key types.NamespacedName) (bool, error) {
+	sum := sha256.Sum256([]byte(key.String() + "\x00" + token))
+	if expiry, ok := s.tokens.Get(sum); ok && time.Now().Before(expiry.(time.Time)) {
+		return true, nil
+	}
+	if !s.reviews.TryAccept() {
+		return false, errTooMany
+	}
+	audience := Audience(key.Namespace, key.Name)
+	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}}}
+	if err := s.client.Create(ctx, review); err != nil {
+		return false, err
+	}
+	st := review.Status
+	ok := st.Authenticated && slices.Contains(st.Audiences, audience) &&
+		strings.HasPrefix(st.User.Username, "system:serviceaccount:"+key.Namespace+":")
+	if ok {
+		s.tokens.Add(sum, time.Now().Add(tokenCacheTTL))
+	}
+	return ok, nil
+}
+
+// report keeps a TrainJob's latest report, and queues the TrainJob unless it was written less
+// than an interval ago: then the cooldown's end writes the latest report.
+func (s *Server) report(key types.NamespacedName, status *trainer.TrainerStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending[key] = status
+	if !s.cooling[key] {
+		s.cooling[key] = true
+		s.queue.Add(key)
+	}
+}
+
+// Start writes the queued reports until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		s.queue.ShutDown()
+	}()
+	for {
+		key, shutdown := s.queue.Get()
+		if shutdown {
+			return nil
+		}
+		s.mu.Lock()
+		status, ok := s.pending[key]
+		delete(s.pending, key)
+		if !ok {
+			delete(s.cooling, key) // The interval passed with nothing new: the next report is written at once.
+		}
+		s.mu.Unlock()
+		if ok {
+			if err := s.writes.Wait(ctx); err == nil {
+				s.write(ctx, key, status)
+			}
+			s.queue.AddAfter(key, s.interval)
+		}
+		s.queue.Done(key)
+	}
+}
+
+// NeedLeaderElection is false: every replica serves reports, as every one serves webhooks.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// write replaces the TrainJob's status.trainerStatus with the report, every field of it: a field
+// the report leaves out is removed.
+func (s *Server) write(ctx context.Context, key types.NamespacedName, status *trainer.TrainerStatus) {
+	fields := map[string]any{
+		"progressPercentage": status.ProgressPercentage, "estimatedRemainingSeconds": status.EstimatedRemainingSeconds,
+		"metrics": status.Metrics, "lastUpdatedTime": status.LastUpdatedTime,
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"trainerStatus": fields}})
+	if err == nil {
+		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+		err = s.client.Status().Patch(ctx, tj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager))
+	}
+	if client.IgnoreNotFound(err) != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Writing a TrainJob's progress", "trainJob", key)
+	}
+}
+
+// refuse answers with a Status, as the API server does.
+func refuse(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message,
+	})
+}
