@@ -29,9 +29,9 @@ func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 }
 
 // checkReservedEnv refuses a TrainJob or runtime that sets, on the trainer container, an env var
-// the framework, or the operator's progress reporting, sets itself: the framework's value would silently replace it, or it would
-// silently replace the framework's and break the distributed setup. The TrainJob's are errors of
-// the list; the runtime's is a *framework.RuntimeError.
+// the framework, or the operator's progress reporting, sets itself: the operator's value would
+// silently replace it, or it would silently replace the operator's and break the distributed
+// setup. The TrainJob's are errors of the list; the runtime's is a *framework.RuntimeError.
 func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podPatch) (field.ErrorList, error) {
 	// setBy says who sets an env var on the trainer container, or "" when nobody does.
 	setBy := func(name string) string {
@@ -39,7 +39,7 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podP
 		case slices.Contains(fw.ReservedEnv(), name):
 			return "the " + fw.Name() + " framework"
 		case slices.Contains(progress.ReservedEnv, name):
-			return "the operator, for progress reports"
+			return "the operator (for progress reports)"
 		}
 		return ""
 	}

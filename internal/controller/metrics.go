@@ -145,8 +145,8 @@ func gangPhase(obj any) gangState {
 		case schedulerpluginsv1alpha1.PodGroupRunning, schedulerpluginsv1alpha1.PodGroupFinished, schedulerpluginsv1alpha1.PodGroupFailed:
 			g.running = true
 		case schedulerpluginsv1alpha1.PodGroupScheduling:
-			g.waiting = fmt.Sprintf("All pods of PodGroup %q exist; %d of %d run: the scheduler binds none of them until all %d fit at once",
-				pg.Name, pg.Status.Running, pg.Spec.MinMember, pg.Spec.MinMember)
+			g.waiting = fmt.Sprintf("PodGroup %q waits for all %d of its pods to be placed and running: the scheduler places none of them until all fit at once",
+				pg.Name, pg.Spec.MinMember)
 		}
 		return g
 	case *volcanov1beta1.PodGroup:

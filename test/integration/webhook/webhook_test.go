@@ -100,6 +100,9 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"torch env set by an override of the trainer container", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("PET_MASTER_ADDR", "x")}}}})
 		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: PET_MASTER_ADDR is set by the torch framework"}},
+		{"the progress endpoint's env set by hand", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("KUBEFLOW_TRAINER_SERVER_TOKEN", "/tmp/mine")}
+		}), []string{"spec.trainer.env[0].name: Forbidden: KUBEFLOW_TRAINER_SERVER_TOKEN is set by the operator (for progress reports) and may not be set by hand"}},
 		{"xgboost env set by hand", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("DMLC_NUM_WORKER", "2")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: DMLC_NUM_WORKER is set by the xgboost framework"}},
