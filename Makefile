@@ -62,7 +62,7 @@ test-e2e: localcluster-assets ## Run the end-to-end tests in a local cluster: Jo
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: bench
-bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, then the operator against the API server's floor (BENCH_ARGS="-trainjobs 10000", "-rate 100", "-restart").
+bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, the operator against the API server's floor, and the progress endpoint under load (BENCH_ARGS="-trainjobs 10000", "-rate 100", "-restart").
 	$(GO) test ./internal/... -run '^$$' -bench . -benchmem
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/bench/ -run '^$$' -bench . -benchtime 1x -timeout 3h $(BENCH_ARGS)

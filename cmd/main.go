@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -43,12 +42,6 @@ func init() {
 	utilruntime.Must(schedulerpluginsv1alpha1.AddToScheme(scheme))
 	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
 }
-
-// defaultGCPercent is how far Go's heap may grow past what is live before it is collected, unless
-// the GOGC environment variable says otherwise: half of Go's default. Most of the manager's heap
-// is its cache, which lives as long as the TrainJobs; at 10,000 TrainJobs this keeps the peak
-// RSS about 20 MiB lower for some 10% more of the manager's (small) CPU (docs/performance.md).
-const defaultGCPercent = 50
 
 // defaultCertDir is where the webhook server reads its certificate, and where the Deployment
 // mounts the certificate's Secret.
@@ -109,9 +102,6 @@ func main() {
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGCPercent)
-	}
 	// The Kubebuilder convention: ENABLE_WEBHOOKS=false runs the manager without webhooks.
 	enableWebhooks := os.Getenv("ENABLE_WEBHOOKS") != "false"
 	certOpts.Namespace = os.Getenv("POD_NAMESPACE")

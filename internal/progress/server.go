@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,8 +39,10 @@ const (
 	// maxBody is the largest report accepted: 256 metrics of 64-character names and values fit.
 	maxBody = 64 << 10
 	// reviewsPerSecond bounds the TokenReviews the server asks the API server for, so that a flood
-	// of made-up tokens cannot flood the API server through it.
-	reviewsPerSecond = 50
+	// of made-up tokens cannot flood the API server through it; a check waits up to reviewWait
+	// for its turn.
+	reviewsPerSecond = 100
+	reviewWait       = 10 * time.Second
 	// tokenCacheSize and tokenCacheTTL bound how many tokens the server remembers as good, and
 	// for how long: a trainer reports with the same token for most of its hour.
 	tokenCacheSize = 16384
@@ -65,6 +68,7 @@ type Server struct {
 	writes   flowcontrol.RateLimiter
 	reviews  flowcontrol.RateLimiter
 	tokens   *lru.Cache // sha256 of token and TrainJob -> expiry time.Time
+	checks   singleflight.Group
 
 	mu sync.Mutex
 	// pending is each TrainJob's latest report not written yet.
@@ -188,27 +192,37 @@ var errTooMany = errors.New("too many progress reports wait for their tokens to 
 
 // authenticate reports whether the API server says the token is a service account's of the
 // TrainJob's namespace, issued for the TrainJob's audience (and, for a pod's token, that the pod
-// still exists). A good token is remembered for a few minutes.
+// still exists). A good token is remembered for a few minutes; the pods of a TrainJob that report
+// at once with the same new token wait for one check. Checks wait their turn for a while within
+// the rate; past it, errTooMany.
 func (s *Server) authenticate(ctx context.Context, token string, key types.NamespacedName) (bool, error) {
 	sum := sha256.Sum256([]byte(key.String() + "\x00" + token))
 	if expiry, ok := s.tokens.Get(sum); ok && time.Now().Before(expiry.(time.Time)) {
 		return true, nil
 	}
-	if !s.reviews.TryAccept() {
-		return false, errTooMany
-	}
-	audience := Audience(key.Namespace, key.Name)
-	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}}}
-	if err := s.client.Create(ctx, review); err != nil {
+	ok, err, _ := s.checks.Do(string(sum[:]), func() (any, error) {
+		wait, cancel := context.WithTimeout(ctx, reviewWait)
+		defer cancel()
+		if err := s.reviews.Wait(wait); err != nil {
+			return false, errTooMany
+		}
+		audience := Audience(key.Namespace, key.Name)
+		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}}}
+		if err := s.client.Create(ctx, review); err != nil {
+			return false, err
+		}
+		st := review.Status
+		ok := st.Authenticated && slices.Contains(st.Audiences, audience) &&
+			strings.HasPrefix(st.User.Username, "system:serviceaccount:"+key.Namespace+":")
+		if ok {
+			s.tokens.Add(sum, time.Now().Add(tokenCacheTTL))
+		}
+		return ok, nil
+	})
+	if err != nil {
 		return false, err
 	}
-	st := review.Status
-	ok := st.Authenticated && slices.Contains(st.Audiences, audience) &&
-		strings.HasPrefix(st.User.Username, "system:serviceaccount:"+key.Namespace+":")
-	if ok {
-		s.tokens.Add(sum, time.Now().Add(tokenCacheTTL))
-	}
-	return ok, nil
+	return ok.(bool), nil
 }
 
 // report keeps a TrainJob's latest report, and queues the TrainJob unless it was written less

@@ -20,6 +20,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/progress"
 )
 
 // Scheme knows every kind the operator works with.
@@ -36,6 +37,9 @@ var Scheme = func() *runtime.Scheme {
 // Cluster is a started environment and a client for it.
 type Cluster struct {
 	Env *envtest.Environment
+	// Progress tunes the progress endpoint of the managers StartManager starts; a zero Interval
+	// is ProgressInterval.
+	Progress progress.Options
 	// metricsAddr is where the last manager StartManager started serves its metrics.
 	metricsAddr string
 	// Client reads from the API server, not a cache: tests see what is there.

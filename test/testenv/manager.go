@@ -78,7 +78,11 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 			cancel()
 			return nil, err
 		}
-		if err := progress.Setup(mgr, progress.Options{Interval: ProgressInterval}); err != nil {
+		po := c.Progress
+		if po.Interval == 0 {
+			po.Interval = ProgressInterval
+		}
+		if err := progress.Setup(mgr, po); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -106,7 +110,8 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 }
 
 // ProgressInterval is the least time between two writes of a TrainJob's progress in the tests'
-// managers: short, for the tests to see the throttled write.
+// managers, unless Cluster.Progress says otherwise: short, for the tests to see the throttled
+// write.
 const ProgressInterval = 2 * time.Second
 
 // WebhookURL is the base URL of the operator's webhook server, where the progress endpoint is.
