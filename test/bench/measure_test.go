@@ -81,18 +81,26 @@ func (r *result) p(q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// measure runs N TrainJobs of a workload through a fresh API server with one writer.
-func measure(b *testing.B, w workload, wr writer) *result {
-	ctx := context.Background()
-	cluster, err := testenv.Start(testenv.WithoutJobSetWebhooks)
+// startCluster starts a fresh API server for one measured run; fail ends the run with an error
+// and where the cluster's logs are.
+func startCluster(b *testing.B, opts ...testenv.Option) (cluster *testenv.Cluster, fail func(error)) {
+	b.Helper()
+	cluster, err := testenv.Start(opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cluster.Stop()
-	fail := func(err error) {
+	return cluster, func(err error) {
 		b.Helper()
 		b.Fatalf("%v (the logs are in %s)", err, cluster.LogDir())
 	}
+}
+
+// measure runs N TrainJobs of a workload through a fresh API server with one writer.
+func measure(b *testing.B, w workload, wr writer) *result {
+	ctx := context.Background()
+	cluster, fail := startCluster(b, testenv.WithoutJobSetWebhooks)
+	defer cluster.Stop()
+	var err error
 	if err := cluster.Install(ctx, "config/runtimes"); err != nil {
 		fail(err)
 	}
