@@ -4,14 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/build"
@@ -93,4 +101,71 @@ func ignoreNoMatch(err error) error {
 		return nil
 	}
 	return err
+}
+
+// watchGangs follows the scheduler's progress on each PodGroup: it tells the TrainJob, in an
+// event, when its gang waits to be placed and when it is running, and adds the wait to the gang
+// wait histogram. It sees updates only: the PodGroups a restarted manager lists are not counted,
+// nor told, again.
+func watchGangs(informer cache.Informer, recorder events.EventRecorder) error {
+	_, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
+		was, is := gangPhase(oldObj), gangPhase(newObj)
+		if was == is {
+			return
+		}
+		pg := newObj.(client.Object)
+		owner := metav1.GetControllerOf(pg)
+		if owner == nil || owner.Kind != "TrainJob" {
+			return
+		}
+		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: owner.Name, Namespace: pg.GetNamespace(), UID: owner.UID}}
+		tj.SetGroupVersionKind(trainer.GroupVersion.WithKind("TrainJob"))
+		waited := time.Since(pg.GetCreationTimestamp().Time)
+		switch {
+		case is.running && !was.running:
+			gangWait.WithLabelValues(is.scheduler).Observe(waited.Seconds())
+			recorder.Eventf(tj, pg, corev1.EventTypeNormal, "GangScheduled", "Schedule",
+				"The %s scheduler placed the gang of PodGroup %q at once, after %s: its pods run", is.scheduler, pg.GetName(), waited.Round(time.Second))
+		case !is.running && is.waiting != "":
+			recorder.Eventf(tj, pg, corev1.EventTypeNormal, "GangWaiting", "Schedule", "%s", is.waiting)
+		}
+	}})
+	return err
+}
+
+// gangState is what a PodGroup's scheduler says of it.
+type gangState struct {
+	scheduler string
+	// running is true once the gang was scheduled and runs (or ran).
+	running bool
+	// waiting says why the gang waits, when it does.
+	waiting string
+}
+
+func gangPhase(obj any) gangState {
+	switch pg := obj.(type) {
+	case *schedulerpluginsv1alpha1.PodGroup:
+		g := gangState{scheduler: "coscheduling"}
+		switch pg.Status.Phase {
+		case schedulerpluginsv1alpha1.PodGroupRunning, schedulerpluginsv1alpha1.PodGroupFinished, schedulerpluginsv1alpha1.PodGroupFailed:
+			g.running = true
+		case schedulerpluginsv1alpha1.PodGroupScheduling:
+			g.waiting = fmt.Sprintf("PodGroup %q waits for all %d of its pods to be placed and running: the scheduler places none of them until all fit at once",
+				pg.Name, pg.Spec.MinMember)
+		}
+		return g
+	case *volcanov1beta1.PodGroup:
+		g := gangState{scheduler: "volcano"}
+		switch pg.Status.Phase {
+		case volcanov1beta1.PodGroupRunning, volcanov1beta1.PodGroupCompleted:
+			g.running = true
+		case volcanov1beta1.PodGroupPending, volcanov1beta1.PodGroupInqueue:
+			g.waiting = fmt.Sprintf("PodGroup %q is %s: Volcano waits until all %d pods fit at once", pg.Name, pg.Status.Phase, pg.Spec.MinMember)
+			if n := len(pg.Status.Conditions); n > 0 && pg.Status.Conditions[n-1].Message != "" {
+				g.waiting += ": " + pg.Status.Conditions[n-1].Message
+			}
+		}
+		return g
+	}
+	return gangState{}
 }

@@ -3,6 +3,7 @@ package progress
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecode feeds the progress endpoint's decoder arbitrary bodies: it never panics, and what it
@@ -14,6 +15,7 @@ func FuzzDecode(f *testing.F) {
 		`{"trainerStatus":{"lastUpdatedTime":"2026-11-22T09:10:00Z"}}`,
 		`{}`, `null`, `{"trainerStatus":null}`, `{"trainerStatus":{"progressPercentage":101}}`,
 		`{"trainerStatus":{"metrics":[{"name":"","value":"1"}]}}`, `{"a":1}{"b":2}`, `[`, ``,
+		`{"trainerStatus":{"metrics":[{"name":"ünïcødé-lôss-ünïcødé-lôss-ünïcødé-lôss-ünïcødé-lôss-ünïcødé-lôss-ünïc","value":"1"}]}}`,
 	} {
 		f.Add(seed)
 	}
@@ -33,7 +35,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %d metrics", len(ts.Metrics))
 		}
 		for _, m := range ts.Metrics {
-			if len(m.Name) < 1 || len(m.Name) > 64 || len(m.Value) < 1 || len(m.Value) > 64 {
+			if n, v := utf8.RuneCountInString(m.Name), utf8.RuneCountInString(m.Value); n < 1 || n > 64 || v < 1 || v > 64 {
 				t.Fatalf("accepted metric %q=%q", m.Name, m.Value)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -179,9 +180,9 @@ func decode(body io.Reader) (*trainer.UpdateTrainJobStatusRequest, error) {
 		errs = append(errs, field.TooMany(path.Child("metrics"), len(ts.Metrics), 256))
 	}
 	for i, m := range ts.Metrics {
-		for name, v := range map[string]string{"name": m.Name, "value": m.Value} {
-			if len(v) == 0 || len(v) > 64 {
-				errs = append(errs, field.Invalid(path.Child("metrics").Index(i).Child(name), v, "must have 1 to 64 characters"))
+		for _, f := range []struct{ name, value string }{{"name", m.Name}, {"value", m.Value}} {
+			if n := utf8.RuneCountInString(f.value); n == 0 || n > 64 {
+				errs = append(errs, field.Invalid(path.Child("metrics").Index(i).Child(f.name), f.value, "must have 1 to 64 characters"))
 			}
 		}
 	}
