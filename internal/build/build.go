@@ -120,7 +120,10 @@ func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*job
 	ac := jobsetac.JobSet(tj.Name, tj.Namespace).
 		WithLabels(js.Labels).
 		WithAnnotations(js.Annotations).
-		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj)}).
+		WithAnnotations(map[string]string{
+			framework.SpecHashAnnotation:     framework.SpecHash(tj),
+			framework.TrainingPodsAnnotation: framework.TrainingPods(js),
+		}).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj))
 	ac.Spec = &jobsetac.JobSetSpecApplyConfiguration{}
 	if err := json.Unmarshal(spec, ac.Spec); err != nil {

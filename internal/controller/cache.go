@@ -23,8 +23,8 @@ func podGroupKinds() []client.Object {
 }
 
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
-// little with each TrainJob: no object's managed fields; of a JobSet, its metadata, spec.suspend,
-// its replicated jobs' sizes and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an annotation;
+// little with each TrainJob: no object's managed fields; of a JobSet, its metadata, spec.suspend
+// and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an annotation;
 // of PodGroups, a kind that may exist in large numbers in a cluster, only those the operator
 // created, by their trainer.kubeflow.org/trainjob-name label. ConfigMaps (MPI hostfiles) are only
 // written, never read, so they are not cached at all. The cache cannot be configured for a kind
@@ -57,27 +57,14 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 }
 
 // keepJobSetSummary keeps of a JobSet what the controllers read: its metadata but managed fields,
-// spec.suspend, each replicated job's name, size (replicas, parallelism, completions) and ancestor
-// step, and status. Its Jobs'
-// templates, most of its size, are only ever written.
+// spec.suspend and status. Its Jobs' templates, most of its size, are only ever written; the
+// training's size is in an annotation (framework.TrainingPodsAnnotation).
 func keepJobSetSummary(obj any) (any, error) {
-	js, ok := obj.(*jobsetv1alpha2.JobSet)
-	if !ok {
-		return obj, nil
+	if js, ok := obj.(*jobsetv1alpha2.JobSet); ok {
+		js.ManagedFields = nil
+		js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
 	}
-	js.ManagedFields = nil
-	summary := jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
-	for i := range js.Spec.ReplicatedJobs {
-		rj := &js.Spec.ReplicatedJobs[i]
-		kept := jobsetv1alpha2.ReplicatedJob{Name: rj.Name, Replicas: rj.Replicas}
-		kept.Template.Spec.Parallelism, kept.Template.Spec.Completions = rj.Template.Spec.Parallelism, rj.Template.Spec.Completions
-		if a := trainer.Ancestor(rj); a != "" {
-			kept.Template.Labels = map[string]string{trainer.AncestorStepLabel: a}
-		}
-		summary.ReplicatedJobs = append(summary.ReplicatedJobs, kept)
-	}
-	js.Spec = summary
-	return js, nil
+	return obj, nil
 }
 
 // dropLastApplied drops a TrainJob's managed fields and the copy of it that `kubectl apply`

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,6 +15,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
 )
 
 // conditionOrder is the order conditions are kept in, most significant first, so that the STATE
@@ -122,22 +124,20 @@ func setJobSetStatus(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) {
 	setCondition(tj, condType, metav1.ConditionTrue, reason, message)
 }
 
-// trainingPods counts the pods of the JobSet's training, every replicated job's but the
-// initializers', and those of them that are ready. JobSet counts ready Jobs, not pods: a Job's pods
-// count as ready once all of them are.
+// trainingPods counts the pods of the JobSet's training, and those of them that are ready, from
+// the sizes its TrainingPodsAnnotation records and its status. JobSet counts ready Jobs, not
+// pods: a Job's pods count as ready once all of them are. A JobSet without the annotation has no
+// pods to count.
 func trainingPods(js *jobsetv1alpha2.JobSet) (ready, total int32) {
-	for i := range js.Spec.ReplicatedJobs {
-		rj := &js.Spec.ReplicatedJobs[i]
-		if a := trainer.Ancestor(rj); a == trainer.AncestorDatasetInitializer || a == trainer.AncestorModelInitializer {
+	for part := range strings.SplitSeq(js.Annotations[framework.TrainingPodsAnnotation], ",") {
+		name, size, _ := strings.Cut(part, "=")
+		var replicas, perJob int32
+		if _, err := fmt.Sscanf(size, "%dx%d", &replicas, &perJob); err != nil {
 			continue
 		}
-		perJob := ptr.Deref(rj.Template.Spec.Parallelism, 1)
-		if c := rj.Template.Spec.Completions; c != nil && *c < perJob {
-			perJob = *c
-		}
-		total += rj.Replicas * perJob
+		total += replicas * perJob
 		for _, s := range js.Status.ReplicatedJobsStatus {
-			if s.Name == rj.Name {
+			if s.Name == name {
 				ready += s.Ready * perJob
 			}
 		}

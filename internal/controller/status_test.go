@@ -15,6 +15,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
@@ -22,7 +23,7 @@ func cond(condType string, status metav1.ConditionStatus, reason, message string
 	return metav1.Condition{Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: 3}
 }
 
-// replicatedJob is a replicated job of a cached JobSet: its name, replicas and ancestor step.
+// replicatedJob is a replicated job of a built JobSet: its name, replicas and ancestor step.
 func replicatedJob(name, ancestor string, replicas int32) jobsetv1alpha2.ReplicatedJob {
 	rj := jobsetv1alpha2.ReplicatedJob{Name: name, Replicas: replicas}
 	if ancestor != "" {
@@ -221,9 +222,11 @@ func TestStatus(t *testing.T) {
 			tj.Status.Conditions = tc.before
 			setSuspended(tj, tc.jobSetWasSuspended)
 			if tc.jobSet != nil {
+				// The JobSet as the cache has it: its size in an annotation, its status.
+				built := &jobsetv1alpha2.JobSet{Spec: jobsetv1alpha2.JobSetSpec{ReplicatedJobs: tc.replicatedJobs}}
 				setJobSetStatus(tj, &jobsetv1alpha2.JobSet{
-					Spec:   jobsetv1alpha2.JobSetSpec{ReplicatedJobs: tc.replicatedJobs},
-					Status: *tc.jobSet,
+					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{framework.TrainingPodsAnnotation: framework.TrainingPods(built)}},
+					Status:     *tc.jobSet,
 				})
 			}
 			if diff := cmp.Diff(tc.want, tj.Status, ignoreTime); diff != "" {

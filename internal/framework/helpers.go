@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/upsert"
@@ -116,6 +117,29 @@ func OwnerReferenceApplyConfiguration(tj *trainer.TrainJob) *metav1ac.OwnerRefer
 		WithUID(ref.UID).
 		WithController(*ref.Controller).
 		WithBlockOwnerDeletion(*ref.BlockOwnerDeletion)
+}
+
+// TrainingPodsAnnotation on a TrainJob's JobSet records the size of its training: every
+// replicated job but the initializers, as <name>=<replicas>x<pods per Job>, comma-separated
+// (TrainingPods). The operator counts the training's ready pods from it and the JobSet's status,
+// so that its cache keeps no Job templates.
+const TrainingPodsAnnotation = "trainer.kubeflow.org/training-pods"
+
+// TrainingPods is the value of TrainingPodsAnnotation for a JobSet.
+func TrainingPods(js *jobsetv1alpha2.JobSet) string {
+	var parts []string
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		if a := trainer.Ancestor(rj); a == trainer.AncestorDatasetInitializer || a == trainer.AncestorModelInitializer {
+			continue
+		}
+		perJob := ptr.Deref(rj.Template.Spec.Parallelism, 1)
+		if c := rj.Template.Spec.Completions; c != nil && *c < perJob {
+			perJob = *c
+		}
+		parts = append(parts, fmt.Sprintf("%s=%dx%d", rj.Name, rj.Replicas, perJob))
+	}
+	return strings.Join(parts, ",")
 }
 
 // SpecHashAnnotation on a TrainJob's JobSet and PodGroup records which TrainJob spec they were

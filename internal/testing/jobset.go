@@ -66,8 +66,11 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 	return w
 }
 
-// Obj returns the JobSet.
-func (w *JobSetWrapper) Obj() *jobsetv1alpha2.JobSet { return &w.JobSet }
+// Obj returns the JobSet, with the training's size recorded as the build records it.
+func (w *JobSetWrapper) Obj() *jobsetv1alpha2.JobSet {
+	w.JobSet.Annotations[framework.TrainingPodsAnnotation] = framework.TrainingPods(&w.JobSet)
+	return &w.JobSet
+}
 
 // Suspend sets spec.suspend.
 func (w *JobSetWrapper) Suspend(s bool) *JobSetWrapper {
@@ -81,7 +84,7 @@ func (w *JobSetWrapper) Labels(l map[string]string) *JobSetWrapper {
 	return w
 }
 
-// Annotations sets the JobSet's annotations, besides the spec hash the build records.
+// Annotations sets the JobSet's annotations, besides those the build records.
 func (w *JobSetWrapper) Annotations(a map[string]string) *JobSetWrapper {
 	hash := w.ObjectMeta.Annotations[framework.SpecHashAnnotation]
 	w.ObjectMeta.Annotations = maps.Clone(a)
