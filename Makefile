@@ -51,7 +51,11 @@ verify: manifests generate fmt ## Fail when generated or formatted files differ 
 	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd)" || { git status --porcelain -- api config internal cmd; echo "Untracked generated files: commit them."; exit 1; }
 
 .PHONY: test
-test: test-integration test-e2e ## Run all the tests: unit, integration (envtest) and end-to-end (local cluster).
+test: test-integration test-e2e ## Run all the tests: unit, integration (envtest) and end-to-end (local cluster), then each fuzz target briefly.
+	$(MAKE) fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+# How long `make test` runs each fuzz target beyond its seeds: a short budget, for CI.
+TEST_FUZZTIME ?= 10s
 
 .PHONY: test-integration
 test-integration: manifests generate fmt vet envtest-assets kube-controller-manager ## Run the unit and integration (envtest) tests.
