@@ -326,6 +326,13 @@ func init() {
 	SchemeBuilder.Register(&ClusterTrainingRuntime{}, &ClusterTrainingRuntimeList{}, &TrainingRuntime{}, &TrainingRuntimeList{})
 }
 
+// IsInitializer reports whether a replicated job is a dataset or model initializer: it runs, and
+// finishes, before the training.
+func IsInitializer(job *jobsetv1alpha2.ReplicatedJob) bool {
+	a := Ancestor(job)
+	return a == AncestorDatasetInitializer || a == AncestorModelInitializer
+}
+
 // Ancestor is the AncestorStepLabel of a replicated job: its Job template's, else its Pod
 // template's, else "".
 func Ancestor(job *jobsetv1alpha2.ReplicatedJob) string {

@@ -130,7 +130,7 @@ func TrainingPods(js *jobsetv1alpha2.JobSet) string {
 	var parts []string
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]
-		if a := trainer.Ancestor(rj); a == trainer.AncestorDatasetInitializer || a == trainer.AncestorModelInitializer {
+		if trainer.IsInitializer(rj) {
 			continue
 		}
 		perJob := ptr.Deref(rj.Template.Spec.Parallelism, 1)

@@ -126,8 +126,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 func members(js *jobsetv1alpha2.JobSet) map[string]bool {
 	m := map[string]bool{}
 	for _, job := range js.Spec.ReplicatedJobs {
-		switch trainer.Ancestor(&job) {
-		case trainer.AncestorDatasetInitializer, trainer.AncestorModelInitializer:
+		if trainer.IsInitializer(&job) {
 			continue
 		}
 		m[job.Name] = !slices.ContainsFunc(job.DependsOn, func(d jobsetv1alpha2.DependsOn) bool { return m[d.Name] })
