@@ -24,7 +24,7 @@ const (
 	FrameworkLabel = "trainer.kubeflow.org/framework"
 
 	// TrainJobNameLabel on a child the operator creates beside the JobSet (MPI's Secret and
-	// ConfigMap, a PodGroup) names its TrainJob.
+	// ConfigMap, a PodGroup), and on the JobSet's Jobs, names its TrainJob.
 	TrainJobNameLabel = "trainer.kubeflow.org/trainjob-name"
 )
 

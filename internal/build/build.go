@@ -75,6 +75,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		fw.Apply,
 		applyPodPatches,
 		applyMetadata,
+		labelJobs,
 	}, extra, []Step{
 		gang.Stamp,
 		applyJobSetDefaults,

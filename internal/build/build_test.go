@@ -496,6 +496,20 @@ func TestJobSet(t *testing.T) {
 				return w.Obj()
 			},
 		},
+		"the Jobs' TrainJob name label is the operator's: no label of the TrainJob changes it": {
+			runtime: utiltesting.MakeRuntimeSpec().Obj(),
+			trainJob: func() *trainer.TrainJob {
+				o := tj().Obj()
+				o.Spec.Labels = map[string]string{trainer.TrainJobNameLabel: "another"}
+				return o
+			}(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				other := map[string]string{trainer.TrainJobNameLabel: "another"}
+				return utiltesting.MakeJobSet(tj, rt).Labels(other).ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
+					j.Template.Spec.Template.Labels[trainer.TrainJobNameLabel] = "another"
+				}).Obj() // Obj labels the Jobs with tj's name.
+			},
+		},
 		"the runtime's JobSet labels and annotations are kept": {
 			runtime: func() trainer.TrainingRuntimeSpec {
 				rt := utiltesting.MakeRuntimeSpec().Obj()

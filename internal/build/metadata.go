@@ -34,6 +34,17 @@ func applyMetadata(b *framework.Draft) error {
 	}).ToAggregate()
 }
 
+// labelJobs labels the Jobs of every replicated job with their TrainJob's name, after the
+// TrainJob's labels and patches, so that nothing can change it: the operator's cache selects the
+// Jobs it watches by it (for the time to a TrainJob's first running pod).
+func labelJobs(b *framework.Draft) error {
+	for i := range b.JobSet.Spec.ReplicatedJobs {
+		job := &b.JobSet.Spec.ReplicatedJobs[i].Template
+		job.Labels = merged(job.Labels, b.Labels())
+	}
+	return nil
+}
+
 // mergeMetadata merges a patch's labels and annotations into an object's.
 func mergeMetadata(meta *metav1.ObjectMeta, patch *trainer.MetadataPatch) {
 	if patch != nil {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,10 +26,11 @@ func podGroupKinds() []client.Object {
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
 // little with each TrainJob: no object's managed fields; of a JobSet, its metadata, spec.suspend
 // and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an annotation;
-// of PodGroups, a kind that may exist in large numbers in a cluster, only those the operator
-// created, by their trainer.kubeflow.org/trainjob-name label. ConfigMaps (MPI hostfiles) are only
-// written, never read, so they are not cached at all. The cache cannot be configured for a kind
-// the cluster does not serve, so it asks which PodGroup CRDs are installed.
+// of PodGroups and Jobs, kinds that may exist in large numbers in a cluster, only those the
+// operator created, by their trainer.kubeflow.org/trainjob-name label, and of Jobs only a few
+// counts. ConfigMaps (MPI hostfiles) are only written, never read, so they are not cached at all.
+// The cache cannot be configured for a kind the cluster does not serve, so it asks which PodGroup
+// CRDs are installed.
 func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -49,6 +51,7 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	byObject := map[client.Object]cache.ByObject{
 		&jobsetv1alpha2.JobSet{}: {Transform: keepJobSetSummary},
 		&trainer.TrainJob{}:      {Transform: dropLastApplied},
+		&batchv1.Job{}:           {Label: ours, Transform: keepJobCounts},
 	}
 	for _, pg := range podGroups {
 		byObject[pg] = cache.ByObject{Label: ours}

@@ -40,6 +40,11 @@ var (
 		Help:    "Seconds from a TrainJob's creation to its first Running condition (every pod of the training ready), by framework.",
 		Buckets: latencyBuckets,
 	}, []string{"framework"})
+	timeToFirstPod = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "trainjob_time_to_first_pod_running_seconds",
+		Help:    "Seconds from a TrainJob's creation to the first of its pods running (ready, or succeeded), by framework.",
+		Buckets: latencyBuckets,
+	}, []string{"framework"})
 	gangWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "trainjob_gang_wait_seconds",
 		Help:    "Seconds from a TrainJob's PodGroup's creation to its scheduler reporting the gang running, by scheduler.",
@@ -49,7 +54,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, gangWait, trainJobs)
+	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait, trainJobs)
 }
 
 // pendingState is the state of a TrainJob with no condition True: not created yet, or failing to.
@@ -151,14 +156,7 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 		byRuntime[key]++
 		fw, ok := frameworkOf[key]
 		if !ok {
-			var policy *trainer.MLPolicy
-			if rt, err := trainingruntime.Resolve(ctx, reader, tj); err == nil {
-				policy = rt.Spec.MLPolicy
-			}
-			fw = "none"
-			if f := framework.Select(frameworks, policy); f != nil {
-				fw = f.Name()
-			}
+			fw = frameworkName(ctx, reader, frameworks, tj)
 			frameworkOf[key] = fw
 		}
 		s, _ := state(tj.Status.Conditions)
@@ -170,4 +168,17 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range byRuntime {
 		ch <- prometheus.MustNewConstMetric(runtimeUsageDesc, prometheus.GaugeValue, n, k.kind, k.namespace, k.name)
 	}
+}
+
+// frameworkName names the framework controller that runs a TrainJob, for a metric's label: the
+// one its runtime selects, or the plain one's when the runtime cannot be read.
+func frameworkName(ctx context.Context, reader client.Reader, frameworks []framework.Framework, tj *trainer.TrainJob) string {
+	var policy *trainer.MLPolicy
+	if rt, err := trainingruntime.Resolve(ctx, reader, tj); err == nil {
+		policy = rt.Spec.MLPolicy
+	}
+	if f := framework.Select(frameworks, policy); f != nil {
+		return f.Name()
+	}
+	return "none"
 }

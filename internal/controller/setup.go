@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,6 +103,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		}
 	}
 	trainJobs.use(mgr.GetCache(), frameworks)
+	jobInformer, err := mgr.GetCache().GetInformer(ctx, &batchv1.Job{})
+	if err != nil {
+		return err
+	}
+	trainJobInformer, err := mgr.GetCache().GetInformer(ctx, &trainer.TrainJob{})
+	if err != nil {
+		return err
+	}
+	if err := watchFirstPods(jobInformer, trainJobInformer, mgr.GetCache(), frameworks); err != nil {
+		return err
+	}
 	jobSets, err := jobsetclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return err

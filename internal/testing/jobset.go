@@ -66,8 +66,16 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 	return w
 }
 
-// Obj returns the JobSet, with the training's size recorded as the build records it.
+// Obj returns the JobSet, with the training's size recorded and its Jobs labelled with the
+// TrainJob's name, as the build does last.
 func (w *JobSetWrapper) Obj() *jobsetv1alpha2.JobSet {
+	for i := range w.Spec.ReplicatedJobs {
+		job := &w.Spec.ReplicatedJobs[i].Template
+		if job.Labels == nil {
+			job.Labels = map[string]string{}
+		}
+		job.Labels[trainer.TrainJobNameLabel] = w.Name
+	}
 	w.JobSet.Annotations[framework.TrainingPodsAnnotation] = framework.TrainingPods(&w.JobSet)
 	return &w.JobSet
 }

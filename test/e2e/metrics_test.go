@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,51 +15,10 @@ import (
 	"github.com/trainjob/operator/test/testenv"
 )
 
-// metrics is one scrape of the manager's metrics endpoint.
-type metrics map[string]*dto.MetricFamily
-
-func scrape(t require.TestingT) metrics {
-	resp, err := http.Get(cluster.MetricsURL())
+func scrape(t require.TestingT) testenv.Metrics {
+	m, err := cluster.ScrapeMetrics()
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	families, err := testenv.ParseMetrics(data)
-	require.NoError(t, err)
-	return families
-}
-
-// value sums a metric's samples whose labels include want: counters and gauges by value,
-// histograms by their number of observations.
-func (m metrics) value(name string, want map[string]string) float64 {
-	var sum float64
-	family, ok := m[name]
-	if !ok {
-		return 0
-	}
-	for _, s := range family.Metric {
-		labels := map[string]string{}
-		for _, l := range s.Label {
-			labels[l.GetName()] = l.GetValue()
-		}
-		matches := true
-		for k, v := range want {
-			matches = matches && labels[k] == v
-		}
-		if !matches {
-			continue
-		}
-		switch {
-		case s.Counter != nil:
-			sum += s.Counter.GetValue()
-		case s.Gauge != nil:
-			sum += s.Gauge.GetValue()
-		case s.Histogram != nil:
-			sum += float64(s.Histogram.GetSampleCount())
-		}
-	}
-	return sum
+	return m
 }
 
 // TestMetricsTellWhatHappened runs TrainJobs to each state, and a coscheduling gang, and reads
@@ -101,17 +57,18 @@ func TestMetricsTellWhatHappened(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		after := scrape(c)
 		delta := func(name string, labels map[string]string) float64 {
-			return after.value(name, labels) - before.value(name, labels)
+			return after.Value(name, labels) - before.Value(name, labels)
 		}
-		assert.Equal(c, 3.0, after.value("trainjob_runtime_trainjobs", map[string]string{"kind": trainer.TrainingRuntimeKind, "namespace": ns, "name": "metrics"}))
-		assert.Equal(c, 1.0, after.value("trainjob_runtime_trainjobs", map[string]string{"kind": trainer.TrainingRuntimeKind, "namespace": ns, "name": "metrics-gang"}))
+		assert.Equal(c, 3.0, after.Value("trainjob_runtime_trainjobs", map[string]string{"kind": trainer.TrainingRuntimeKind, "namespace": ns, "name": "metrics"}))
+		assert.Equal(c, 1.0, after.Value("trainjob_runtime_trainjobs", map[string]string{"kind": trainer.TrainingRuntimeKind, "namespace": ns, "name": "metrics-gang"}))
 		assert.GreaterOrEqual(c, delta("trainjob_trainjobs", with("state", trainer.TrainJobComplete)), 2.0, "Complete TrainJobs")
-		assert.GreaterOrEqual(c, after.value("trainjob_trainjobs", with("state", trainer.TrainJobRunning)), 1.0, "Running TrainJobs")
-		assert.GreaterOrEqual(c, after.value("trainjob_trainjobs", with("state", "Pending")), 1.0, "Pending TrainJobs")
+		assert.GreaterOrEqual(c, after.Value("trainjob_trainjobs", with("state", trainer.TrainJobRunning)), 1.0, "Running TrainJobs")
+		assert.GreaterOrEqual(c, after.Value("trainjob_trainjobs", with("state", "Pending")), 1.0, "Pending TrainJobs")
 		assert.GreaterOrEqual(c, delta("trainjob_transitions_total", with("to", trainer.TrainJobComplete)), 2.0, "transitions to Complete")
 		assert.GreaterOrEqual(c, delta("trainjob_transitions_total", map[string]string{"from": "Pending", "to": trainer.TrainJobCreated, "reason": trainer.TrainJobJobsCreatedReason}), 3.0)
 		assert.GreaterOrEqual(c, delta("trainjob_time_to_jobset_seconds", plain), 3.0, "JobSets created")
 		assert.GreaterOrEqual(c, delta("trainjob_time_to_running_seconds", plain), 1.0, "TrainJobs running")
+		assert.GreaterOrEqual(c, delta("trainjob_time_to_first_pod_running_seconds", plain), 3.0, "TrainJobs whose first pod ran")
 		assert.GreaterOrEqual(c, delta("trainjob_creation_failures_total", with("reason", trainer.TrainJobJobsCreationFailedReason)), 1.0)
 		assert.GreaterOrEqual(c, delta("trainjob_gang_wait_seconds", map[string]string{"scheduler": "coscheduling"}), 1.0, "gangs scheduled")
 	}, timeout, interval)

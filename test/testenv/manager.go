@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -123,10 +125,58 @@ func (c *Cluster) WebhookURL() string {
 // MetricsURL is where the manager StartManager started last serves its metrics.
 func (c *Cluster) MetricsURL() string { return "http://" + c.metricsAddr + "/metrics" }
 
+// Metrics are metric families, by name, as a scrape returns them.
+type Metrics map[string]*dto.MetricFamily
+
 // ParseMetrics reads metrics in Prometheus's text format.
-func ParseMetrics(data []byte) (map[string]*dto.MetricFamily, error) {
+func ParseMetrics(data []byte) (Metrics, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	return p.TextToMetricFamilies(bytes.NewReader(data))
+}
+
+// ScrapeMetrics reads the metrics of the manager StartManager started last.
+func (c *Cluster) ScrapeMetrics() (Metrics, error) {
+	resp, err := http.Get(c.MetricsURL())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: %s: %s", c.MetricsURL(), resp.Status, data)
+	}
+	return ParseMetrics(data)
+}
+
+// Value sums a metric's samples whose labels include want: counters and gauges by value,
+// histograms by their number of observations.
+func (m Metrics) Value(name string, want map[string]string) float64 {
+	var sum float64
+	for _, s := range m[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		matches := true
+		for k, v := range want {
+			matches = matches && labels[k] == v
+		}
+		if !matches {
+			continue
+		}
+		switch {
+		case s.Counter != nil:
+			sum += s.Counter.GetValue()
+		case s.Gauge != nil:
+			sum += s.Gauge.GetValue()
+		case s.Histogram != nil:
+			sum += float64(s.Histogram.GetSampleCount())
+		}
+	}
+	return sum
 }
 
 // FreeAddr returns a loopback address with a port nobody listens on.

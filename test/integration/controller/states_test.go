@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,4 +125,61 @@ func TestTheTTLCountsFromTheFinishAcrossARestart(t *testing.T) {
 
 	require.Eventually(t, gone(past), timeout, interval, "finished 2 minutes ago with a TTL of 60 s, and still there")
 	assertNever(t, gone(pending), "finished 2 minutes ago with a TTL of an hour, and deleted")
+}
+
+// createJob creates a Job from the JobSet's first replicated job, as JobSet's controller would.
+func createJob(t *testing.T, js *jobsetv1alpha2.JobSet, name string) *batchv1.Job {
+	t.Helper()
+	template := js.Spec.ReplicatedJobs[0].Template
+	job := &batchv1.Job{ObjectMeta: *template.ObjectMeta.DeepCopy(), Spec: *template.Spec.DeepCopy()}
+	job.Name, job.Namespace = name, js.Namespace
+	require.NoError(t, k8sClient.Create(context.Background(), job))
+	return job
+}
+
+// setJobCounts writes a Job's counts of pods, as Job's controller would.
+func setJobCounts(t *testing.T, job *batchv1.Job, active, ready, succeeded int32) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), job))
+		job.Status.Active, job.Status.Ready, job.Status.Succeeded = active, ptr.To(ready), succeeded
+		require.NoError(c, k8sClient.Status().Update(context.Background(), job))
+	}, timeout, interval)
+}
+
+// A TrainJob's first running pod is seen in its Jobs' counts, once: the TrainJob's other Jobs
+// and pods that start later, and its Jobs that a restarted manager lists, are not counted again.
+func TestTheFirstPodIsCountedOncePerTrainJob(t *testing.T) {
+	ns, runtime := setup(t)
+	trainJob := func(name string) *batchv1.Job {
+		tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+		require.NoError(t, k8sClient.Create(context.Background(), tj))
+		js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+		return createJob(t, js, name+"-node-0")
+	}
+	counted := func() float64 {
+		m, err := cluster.ScrapeMetrics()
+		require.NoError(t, err)
+		return m.Value("trainjob_time_to_first_pod_running_seconds", nil)
+	}
+	first := trainJob("first")
+	assert.Equal(t, "first", first.Labels[trainer.TrainJobNameLabel], "the build labels the JobSet's Jobs with their TrainJob's name")
+	firstAgain := createJob(t, waitForJobSet(t, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns}},
+		func(*assert.CollectT, *jobsetv1alpha2.JobSet) {}), "first-node-1")
+	before := counted()
+
+	setJobCounts(t, first, 2, 0, 0) // Pods, but none running yet.
+	assertNever(t, func() bool { return counted() != before }, "a TrainJob's first pod was counted before any ran")
+	setJobCounts(t, first, 2, 1, 0)
+	require.Eventually(t, func() bool { return counted() == before+1 }, timeout, interval, "the first ready pod is not counted")
+	setJobCounts(t, first, 1, 1, 1)
+	setJobCounts(t, firstAgain, 2, 2, 0)
+	assertNever(t, func() bool { return counted() != before+1 }, "a TrainJob's later pods were counted as its first")
+
+	restartManager(t)
+	second := trainJob("second")
+	setJobCounts(t, first, 0, 0, 2)
+	setJobCounts(t, second, 1, 0, 1) // One pod ran to its end unseen: it ran.
+	require.Eventually(t, func() bool { return counted() == before+2 }, timeout, interval, "the first pod after a restart is not counted")
+	assertNever(t, func() bool { return counted() != before+2 }, "a Job that had run before the restart was counted again")
 }
