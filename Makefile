@@ -65,6 +65,10 @@ test-integration: manifests generate fmt vet envtest-assets kube-controller-mana
 test-e2e: localcluster-assets ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
+.PHONY: test-reliability
+test-reliability: envtest-assets ## Run the reliability tests at full size: 1,000 TrainJobs through 20 kills of the manager (CI runs them smaller, in test-integration).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/reliability/ -count=1 -timeout 60m -v -chaos-trainjobs=1000 -chaos-kills=20 $(RELIABILITY_ARGS)
+
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, the operator against the API server's floor, and the progress endpoint under load (BENCH_ARGS="-trainjobs 10000", "-rate 100", "-restart").
 	$(GO) test ./internal/... -run '^$$' -bench . -benchmem
