@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -49,18 +50,20 @@ const defaultCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
 func main() {
 	var (
-		metricsAddr, probeAddr, metricsCertPath string
-		pprofAddr                               string
-		secureMetrics, enableHTTP2              bool
-		enableLeaderElection                    bool
-		webhookHost, webhookCertPath            string
-		webhookPort                             int
-		certOpts                                certs.Options
-		qps                                     float64
-		burst                                   int
-		controllerOpts                          controller.Options
-		progressURL                             string
-		progressOpts                            progress.Options
+		metricsAddr, probeAddr, metricsCertPath   string
+		pprofAddr                                 string
+		secureMetrics, enableHTTP2                bool
+		enableLeaderElection                      bool
+		leaderElectionNamespace                   string
+		leaseDuration, renewDeadline, retryPeriod time.Duration
+		webhookHost, webhookCertPath              string
+		webhookPort                               int
+		certOpts                                  certs.Options
+		qps                                       float64
+		burst                                     int
+		controllerOpts                            controller.Options
+		progressURL                               string
+		progressOpts                              progress.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address the metrics endpoint binds to, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
@@ -73,6 +76,14 @@ func main() {
 		"Address Go's profiler (/debug/pprof) binds to, e.g. 127.0.0.1:6060; 0 disables it. It has no authentication: keep it on loopback.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Elect a leader so that only one of several manager replicas reconciles.")
+	flag.StringVar(&leaderElectionNamespace, "leader-elect-namespace", "",
+		"Namespace of the leader election's Lease; empty means the namespace the manager runs in (required out of a cluster).")
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long replicas that do not lead wait, after the leader's last renewal, before they take the lead: the longest takeover after a leader dies.")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader tries to renew its lease before it stops leading (and exits); less than the lease duration.")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often replicas try to take or renew the lease.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics and webhooks over HTTP/2 too; off by default against the HTTP/2 Rapid Reset and Stream Cancellation CVEs.")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all.")
@@ -142,10 +153,14 @@ func main() {
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: webhookHost, Port: webhookPort, CertDir: certOpts.CertDir, TLSOpts: tlsOpts,
 		}),
-		HealthProbeBindAddress: probeAddr,
-		PprofBindAddress:       pprofAddr,
-		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "trainjob-operator.trainer.kubeflow.org",
+		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
+		LeaderElection:          enableLeaderElection,
+		LeaderElectionID:        "trainjob-operator.trainer.kubeflow.org",
+		LeaderElectionNamespace: leaderElectionNamespace,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
 		// The manager exits right after its controllers stop, so the lease can be handed over at
 		// once instead of after it expires.
 		LeaderElectionReleaseOnCancel: true,

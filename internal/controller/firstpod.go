@@ -27,6 +27,8 @@ import (
 type firstPods struct {
 	reader     client.Reader
 	frameworks []framework.Framework
+	// leading tells whether the manager leads: only the leader counts.
+	leading func() bool
 
 	mu sync.Mutex
 	// seen holds the TrainJobs whose first pod ran, until they are deleted.
@@ -34,9 +36,10 @@ type firstPods struct {
 }
 
 // watchFirstPods follows the Jobs of every TrainJob. The Jobs a starting manager lists that
-// already ran are not counted: their TrainJobs' first pods ran before it started.
-func watchFirstPods(jobs, trainJobs cache.Informer, reader client.Reader, frameworks []framework.Framework) error {
-	f := &firstPods{reader: reader, frameworks: frameworks, seen: map[types.NamespacedName]bool{}}
+// already ran are not counted: their TrainJobs' first pods ran before it started. A replica that
+// does not lead keeps track all the same, so that it counts right once it leads.
+func watchFirstPods(jobs, trainJobs cache.Informer, reader client.Reader, frameworks []framework.Framework, leading func() bool) error {
+	f := &firstPods{reader: reader, frameworks: frameworks, leading: leading, seen: map[types.NamespacedName]bool{}}
 	if _, err := jobs.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, listed bool) {
 			if job, ok := obj.(*batchv1.Job); ok && ran(job) {
@@ -68,14 +71,15 @@ func ran(job *batchv1.Job) bool {
 }
 
 // observe counts the time to the first running pod of the Job's TrainJob, unless one of its pods
-// ran before, or the Job's first pod ran before the manager started (listed).
+// ran before, or the Job's first pod ran before the manager started (listed), or the manager
+// does not lead.
 func (f *firstPods) observe(job *batchv1.Job, listed bool) {
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Labels[trainer.TrainJobNameLabel]}
 	f.mu.Lock()
 	seen := f.seen[key]
 	f.seen[key] = true
 	f.mu.Unlock()
-	if seen || listed {
+	if seen || listed || !f.leading() {
 		return
 	}
 	ctx := context.Background()

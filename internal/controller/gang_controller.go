@@ -105,12 +105,12 @@ func ignoreNoMatch(err error) error {
 
 // watchGangs follows the scheduler's progress on each PodGroup: it tells the TrainJob, in an
 // event, when its gang waits to be placed and when it is running, and adds the wait to the gang
-// wait histogram. It sees updates only: the PodGroups a restarted manager lists are not counted,
-// nor told, again.
-func watchGangs(informer cache.Informer, recorder events.EventRecorder) error {
+// wait histogram, while leading. It sees updates only: the PodGroups a restarted manager lists
+// are not counted, nor told, again.
+func watchGangs(informer cache.Informer, recorder events.EventRecorder, leading func() bool) error {
 	_, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
 		was, is := gangPhase(oldObj), gangPhase(newObj)
-		if was == is {
+		if was == is || !leading() {
 			return
 		}
 		pg := newObj.(client.Object)

@@ -102,6 +102,7 @@ type trainJobsCollector struct {
 	mu         sync.Mutex
 	reader     client.Reader
 	frameworks []framework.Framework
+	leading    func() bool
 }
 
 var (
@@ -113,12 +114,13 @@ var (
 		[]string{"kind", "namespace", "name"}, nil)
 )
 
-// use makes the collector count from a manager's cache. A process that starts a new manager (the
-// tests) points it at the new one.
-func (c *trainJobsCollector) use(reader client.Reader, frameworks []framework.Framework) {
+// use makes the collector count from a manager's cache, while the manager leads (every replica
+// would count the same TrainJobs). A process that starts a new manager (the tests) points it at
+// the new one.
+func (c *trainJobsCollector) use(reader client.Reader, frameworks []framework.Framework, leading func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reader, c.frameworks = reader, frameworks
+	c.reader, c.frameworks, c.leading = reader, frameworks, leading
 }
 
 func (c *trainJobsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -128,9 +130,9 @@ func (c *trainJobsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	reader, frameworks := c.reader, c.frameworks
+	reader, frameworks, leading := c.reader, c.frameworks, c.leading
 	c.mu.Unlock()
-	if reader == nil {
+	if reader == nil || !leading() {
 		return
 	}
 	ctx := context.Background()

@@ -91,6 +91,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err != nil {
 		return err
 	}
+	// The manager's informers run on every replica, its controllers on the leader only: what the
+	// informers' handlers tell (events, metrics) is told by the leader alone.
+	leading := func() bool {
+		select {
+		case <-mgr.Elected():
+			return true
+		default:
+			return false
+		}
+	}
 	for _, pg := range podGroups {
 		gvk, _ := apiutil.GVKForObject(pg, mgr.GetScheme())
 		mgr.GetLogger().Info("PodGroup CRD found: gang scheduling with it is on", "kind", gvk.String())
@@ -98,11 +108,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		if err != nil {
 			return err
 		}
-		if err := watchGangs(informer, mgr.GetEventRecorder("trainer.kubeflow.org/"+gangController)); err != nil {
+		if err := watchGangs(informer, mgr.GetEventRecorder("trainer.kubeflow.org/"+gangController), leading); err != nil {
 			return err
 		}
 	}
-	trainJobs.use(mgr.GetCache(), frameworks)
+	trainJobs.use(mgr.GetCache(), frameworks, leading)
 	jobInformer, err := mgr.GetCache().GetInformer(ctx, &batchv1.Job{})
 	if err != nil {
 		return err
@@ -111,7 +121,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err != nil {
 		return err
 	}
-	if err := watchFirstPods(jobInformer, trainJobInformer, mgr.GetCache(), frameworks); err != nil {
+	if err := watchFirstPods(jobInformer, trainJobInformer, mgr.GetCache(), frameworks, leading); err != nil {
 		return err
 	}
 	jobSets, err := jobsetclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())

@@ -28,17 +28,18 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework/mpi"
+	"github.com/trainjob/operator/internal/progress"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
 
 // startManager runs the manager as its own program, as user (its writes are told apart by it),
-// without webhooks, with args added.
-func startManager(t *testing.T, user string, args ...string) *testenv.Program {
+// without webhooks unless env says ENABLE_WEBHOOKS=true, with env and args added.
+func startManager(t *testing.T, user string, env []string, args ...string) *testenv.Program {
 	t.Helper()
 	kubeconfig, err := cluster.Kubeconfig(user)
 	require.NoError(t, err)
-	p, err := cluster.StartProgram(managerPath, []string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"},
+	p, err := cluster.StartProgram(managerPath, append([]string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"}, env...),
 		append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
 	require.NoError(t, err)
 	return p
@@ -119,7 +120,7 @@ func TestCrashAnywhereLosesAndDuplicatesNothing(t *testing.T) {
 		managers      []*testenv.Program
 	)
 	for _, uptime := range uptimes {
-		m := startManager(t, "manager")
+		m := startManager(t, "manager", nil)
 		time.Sleep(uptime)
 		m.Kill()
 		managers = append(managers, m)
@@ -128,12 +129,12 @@ func TestCrashAnywhereLosesAndDuplicatesNothing(t *testing.T) {
 	require.NoError(t, <-submittedAll)
 	t.Logf("JobSets seen at each kill: %v", jobSetsAtKill)
 
-	last := startManager(t, "manager")
+	last := startManager(t, "manager", nil)
 	defer last.Stop()
 	converged(t, ns, jobs)
 	stopCompleting()
 	require.NoError(t, last.Exited(), "the last manager")
-	seen.check(t, ns, jobs)
+	seen.check(t, ns, jobs, false)
 	for _, m := range append(managers, last) {
 		assert.Empty(t, errorLines(t, m), "errors in %s", m.Log())
 	}
@@ -248,7 +249,7 @@ func converged(t *testing.T, ns string, jobs []submitted) {
 		sort.Strings(behind)
 		assert.Empty(c, behind, "TrainJobs not yet in their state")
 	}, timeout, interval)
-	t.Logf("every TrainJob in its state %s after the last start", time.Since(start).Round(time.Second))
+	t.Logf("every TrainJob in its state %s later", time.Since(start).Round(time.Second))
 }
 
 // child is what a watch saw of one object.
@@ -359,19 +360,24 @@ func secretData(secret *corev1.Secret) string {
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
-// check compares what the watches saw, and what is there now, with what each TrainJob must have.
-func (s *children) check(t *testing.T, ns string, jobs []submitted) {
+// check compares what the watches saw, and what is there now, with what each TrainJob must have:
+// with progress, the ConfigMap of the progress endpoint's CA as well.
+func (s *children) check(t *testing.T, ns string, jobs []submitted, withProgress bool) {
 	t.Helper()
 	ctx := context.Background()
-	want := map[string]map[string]bool{"JobSet": {}, "Secret": {}, "ConfigMap": {}, "PodGroup": {}}
+	// want holds the TrainJob of each child, by kind and name.
+	want := map[string]map[string]string{"JobSet": {}, "Secret": {}, "ConfigMap": {}, "PodGroup": {}}
 	for _, j := range jobs {
-		want["JobSet"][j.name] = true
+		want["JobSet"][j.name] = j.name
 		if kinds[j.kind].mpi {
-			want["Secret"][j.name+mpi.SSHAuthSecretSuffix] = true
-			want["ConfigMap"][j.name+mpi.HostfileConfigMapSuffix] = true
+			want["Secret"][j.name+mpi.SSHAuthSecretSuffix] = j.name
+			want["ConfigMap"][j.name+mpi.HostfileConfigMapSuffix] = j.name
 		}
 		if kinds[j.kind].gang {
-			want["PodGroup"][j.name] = true
+			want["PodGroup"][j.name] = j.name
+		}
+		if withProgress {
+			want["ConfigMap"][progress.ConfigMapName(j.name)] = j.name
 		}
 	}
 	tjs := &trainer.TrainJobList{}
@@ -387,11 +393,11 @@ func (s *children) check(t *testing.T, ns string, jobs []submitted) {
 		seen := s.byKind[kind]
 		var extra, missing, twice, deleted, replaced, orphans, changed []string
 		for name := range seen {
-			if !names[name] {
+			if _, ok := names[name]; !ok {
 				extra = append(extra, name)
 			}
 		}
-		for name := range names {
+		for name, tj := range names {
 			c, ok := seen[name]
 			switch {
 			case !ok:
@@ -410,7 +416,6 @@ func (s *children) check(t *testing.T, ns string, jobs []submitted) {
 				continue
 			}
 			owner := metav1.GetControllerOf(obj)
-			tj := strings.TrimSuffix(strings.TrimSuffix(name, mpi.SSHAuthSecretSuffix), mpi.HostfileConfigMapSuffix)
 			if owner == nil || owner.Kind != "TrainJob" || owner.UID != uids[tj] {
 				orphans = append(orphans, name)
 			}

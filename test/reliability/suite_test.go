@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	var err error
-	if cluster, err = testenv.Start(testenv.WithoutJobSetWebhooks); err != nil {
+	if cluster, err = testenv.Start(testenv.WithoutJobSetWebhooks, testenv.WithAuditLog); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -63,25 +63,28 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("starting envtest: %w", err)
-	}
 	c := &Cluster{Env: env, settings: s}
-	defer func() {
-		if err != nil {
-			c.stop()
-			if c.Dir != "" {
-				err = fmt.Errorf("%w (the logs of the cluster's programs are kept in %s)", err, c.LogDir())
-			}
-		}
-	}()
 	if c.Dir, err = os.MkdirTemp("", "trainjob-cluster-"); err != nil {
 		return nil, err
 	}
 	if err := os.Mkdir(c.LogDir(), 0o755); err != nil {
 		return nil, err
 	}
+	if s.audit {
+		if err := c.configureAudit(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w (the cluster's folder is kept: %s)", err, c.Dir)
+	}
+	defer func() {
+		if err != nil {
+			c.stop()
+			err = fmt.Errorf("%w (the logs of the cluster's programs are kept in %s)", err, c.LogDir())
+		}
+	}()
 	if hooks := env.WebhookInstallOptions; hooks.LocalServingCertDir != "" {
 		// Beside the serving certificate, its CA, where cert-manager's and the operator's own
 		// Secrets have it: the progress endpoint hands it to the trainers.

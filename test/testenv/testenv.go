@@ -43,6 +43,8 @@ type settings struct {
 	noJobSetWebhooks bool
 	// local, when set, makes the environment a whole local cluster (StartLocal).
 	local *LocalOptions
+	// audit makes the API server log every write (Cluster.AuditLog).
+	audit bool
 }
 
 // Option changes the environment New returns.
@@ -60,6 +62,9 @@ func WithWebhooks(s *settings) { s.webhooks = true }
 // WithoutJobSetWebhooks leaves JobSet's webhooks out of a bare API server, where StartManager
 // would serve them: for a manager run as its own program, which serves none.
 func WithoutJobSetWebhooks(s *settings) { s.noJobSetWebhooks = true }
+
+// WithAuditLog makes the API server log every write, with who made it: Cluster.AuditLog.
+func WithAuditLog(s *settings) { s.audit = true }
 
 func newSettings(opts []Option) *settings {
 	s := &settings{crds: append([]crd{{path: "config/crd/bases"}, jobSetCRD}, podGroupCRDs...)}
