@@ -140,13 +140,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			progress:           opts.Progress,
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
-		// A JobSet's creation needs nothing more of its TrainJob: the controller created it and
-		// wrote so in the TrainJob's status in one go (reconciling again then would only race
-		// that write), and the create of a JobSet that was someone else's first was refused.
-		// Its changes and its deletion do.
+		// A new JobSet needs nothing more of its TrainJob: the controller created it and wrote so
+		// in the TrainJob's status in one go (reconciling again then would only race that
+		// write), and the create of a JobSet that was someone else's first was refused. Its
+		// changes and its deletion do, and so does a JobSet the cache first sees with a status:
+		// it changed while the watch was down (the API server restarting) and came back in a
+		// relist, as a creation.
 		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, opts).
 			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)),
-				builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}))
+				builder.WithPredicates(predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool { return hasStatus(e.Object) }}))
 		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob.
 		for _, pg := range podGroups {
 			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))
@@ -185,4 +187,10 @@ func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) b
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 			SkipNameValidation:      &opts.SkipNameValidation,
 		})
+}
+
+// hasStatus tells whether JobSet's controller wrote anything in a JobSet's status.
+func hasStatus(obj client.Object) bool {
+	js, ok := obj.(*jobsetv1alpha2.JobSet)
+	return ok && (js.Status.TerminalState != "" || len(js.Status.Conditions) > 0 || len(js.Status.ReplicatedJobsStatus) > 0)
 }

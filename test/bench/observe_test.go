@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,44 +165,15 @@ type controlPlane struct {
 	metrics         rest.Interface
 }
 
-// findControlPlane finds the cluster's kube-apiserver and etcd among this machine's processes by
-// the ports on their command lines.
+// findControlPlane finds the cluster's kube-apiserver and etcd processes.
 func findControlPlane(cluster *testenv.Cluster) (*controlPlane, error) {
 	cs, err := kubernetes.NewForConfig(cluster.Env.Config)
 	if err != nil {
 		return nil, err
 	}
 	cp := &controlPlane{metrics: cs.Discovery().RESTClient()}
-	apiPort := "--secure-port=" + cluster.Env.ControlPlane.APIServer.SecureServing.Port
-	etcdURL := cluster.Env.ControlPlane.Etcd.URL.Host
-	procs, err := procfs.AllProcs()
-	if err != nil {
-		return nil, err
-	}
-	found := 0
-	for _, p := range procs {
-		args, err := p.CmdLine()
-		if err != nil || len(args) == 0 {
-			continue
-		}
-		line := strings.Join(args, " ")
-		switch filepath.Base(args[0]) {
-		case "kube-apiserver":
-			if strings.Contains(line, apiPort+" ") || strings.HasSuffix(line, apiPort) {
-				cp.apiServer = p
-				found++
-			}
-		case "etcd":
-			if strings.Contains(line, "--listen-client-urls=http://"+etcdURL) {
-				cp.etcd = p
-				found++
-			}
-		}
-	}
-	if found != 2 {
-		return nil, fmt.Errorf("found %d of the cluster's kube-apiserver and etcd processes", found)
-	}
-	return cp, nil
+	cp.apiServer, cp.etcd, err = cluster.ControlPlaneProcesses()
+	return cp, err
 }
 
 // sample is the control plane's counters at a moment.

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -110,7 +111,7 @@ func TestCrashAnywhereLosesAndDuplicatesNothing(t *testing.T) {
 		uptimes[i] = 200*time.Millisecond + time.Duration(random.Int64N(int64(4*time.Second)))
 		span += uptimes[i]
 	}
-	stopCompleting := completeJobSets(t, ns, jobs)
+	stopCompleting := completeJobSets(ns, jobs)
 	defer stopCompleting()
 	submittedAll := make(chan error, 1)
 	go func() { submittedAll <- submit(ctx, ns, jobs, span) }()
@@ -158,7 +159,9 @@ func createGangRuntime(t *testing.T) {
 	}
 }
 
-// submit creates the TrainJobs evenly over span, from 8 clients.
+// submit creates the TrainJobs evenly over span, from 8 clients. A create that fails is tried
+// again for up to a minute, as a client would while the API server is away; one that turns out
+// to have been made before is done.
 func submit(ctx context.Context, ns string, jobs []submitted, span time.Duration) error {
 	next := make(chan submitted)
 	errs := make(chan error, len(jobs))
@@ -168,8 +171,17 @@ func submit(ctx context.Context, ns string, jobs []submitted, span time.Duration
 			for s := range next {
 				tj := utiltesting.MakeTrainJob(s.name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, kinds[s.kind].runtime).Obj()
 				tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)}
-				if err := k8sClient.Create(ctx, tj); err != nil {
-					errs <- fmt.Errorf("creating TrainJob %s: %w", s.name, err)
+				deadline := time.Now().Add(time.Minute)
+				for {
+					err := k8sClient.Create(ctx, tj.DeepCopy())
+					if err == nil || apierrors.IsAlreadyExists(err) {
+						break
+					}
+					if time.Now().After(deadline) {
+						errs <- fmt.Errorf("creating TrainJob %s: %w", s.name, err)
+						break
+					}
+					time.Sleep(250 * time.Millisecond)
 				}
 			}
 		})
@@ -187,7 +199,7 @@ func submit(ctx context.Context, ns string, jobs []submitted, span time.Duration
 
 // completeJobSets completes, as JobSet's controller would, the JobSet of each TrainJob to
 // complete as soon as it exists, until the returned func is called.
-func completeJobSets(t *testing.T, ns string, jobs []submitted) (stop func()) {
+func completeJobSets(ns string, jobs []submitted) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -197,7 +209,9 @@ func completeJobSets(t *testing.T, ns string, jobs []submitted) (stop func()) {
 				if !s.complete {
 					continue
 				}
-				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				// A JobSet not completed now (the API server away) is in the next round; converged
+				// tells of one never completed.
+				_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 					js := &jobsetv1alpha2.JobSet{}
 					if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.name}, js); err != nil {
 						return client.IgnoreNotFound(err)
@@ -212,9 +226,6 @@ func completeJobSets(t *testing.T, ns string, jobs []submitted) (stop func()) {
 					})
 					return k8sClient.Status().Update(ctx, js)
 				})
-				if err != nil && ctx.Err() == nil {
-					t.Errorf("completing JobSet %s: %v", s.name, err)
-				}
 			}
 			select {
 			case <-ctx.Done():
@@ -236,11 +247,23 @@ func converged(t *testing.T, ns string, jobs []submitted) {
 		}
 	}
 	start := time.Now()
+	var behind []string
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		for _, name := range behind[:min(5, len(behind))] {
+			tj, js := &trainer.TrainJob{}, &jobsetv1alpha2.JobSet{}
+			_ = k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, tj)
+			err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, js)
+			t.Logf("%s: conditions %v; its JobSet: %v, terminal state %q", name, tj.Status.Conditions, err, js.Status.TerminalState)
+		}
+	}()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		list := &trainer.TrainJobList{}
 		require.NoError(c, k8sClient.List(context.Background(), list, client.InNamespace(ns)))
 		require.Len(c, list.Items, len(jobs))
-		var behind []string
+		behind = nil
 		for _, tj := range list.Items {
 			if !apimeta.IsStatusConditionTrue(tj.Status.Conditions, want[tj.Name]) {
 				behind = append(behind, tj.Name)

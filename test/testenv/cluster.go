@@ -75,6 +75,13 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	// The API server's certificates in a folder of the cluster's, which outlives a restart of the
+	// API server (RestartAPIServer): the clients' kubeconfigs stay valid.
+	apiServer := env.ControlPlane.GetAPIServer()
+	apiServer.CertDir = filepath.Join(c.Dir, "kube-apiserver")
+	if err := os.Mkdir(apiServer.CertDir, 0o700); err != nil {
+		return nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w (the cluster's folder is kept: %s)", err, c.Dir)
