@@ -1,22 +1,20 @@
 package build_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/framework/torch"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -28,12 +26,12 @@ import (
 func FuzzBuild(f *testing.F) {
 	var jobs, runtimes [][]byte
 	for _, pattern := range []string{"../../config/samples/*trainjob*.yaml", "../../test/e2e/testdata/upstream/*.yaml"} {
-		jobs = append(jobs, objectsOfKind(f, pattern, "TrainJob", func(obj map[string]any) any { return obj })...)
+		jobs = append(jobs, utiltesting.ObjectsOfKind(f, pattern, "TrainJob", func(obj map[string]any) any { return obj })...)
 	}
 	spec := func(obj map[string]any) any { return obj["spec"] }
 	for _, pattern := range []string{"../../config/runtimes/*.yaml", "../../config/samples/*runtime*.yaml", "../../test/e2e/testdata/upstream/*.yaml"} {
-		runtimes = append(runtimes, objectsOfKind(f, pattern, "ClusterTrainingRuntime", spec)...)
-		runtimes = append(runtimes, objectsOfKind(f, pattern, "TrainingRuntime", spec)...)
+		runtimes = append(runtimes, utiltesting.ObjectsOfKind(f, pattern, "ClusterTrainingRuntime", spec)...)
+		runtimes = append(runtimes, utiltesting.ObjectsOfKind(f, pattern, "TrainingRuntime", spec)...)
 	}
 	if len(jobs) == 0 || len(runtimes) == 0 {
 		f.Fatalf("no seeds: %d TrainJobs, %d runtimes", len(jobs), len(runtimes))
@@ -68,42 +66,78 @@ func withinSchema(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) bool 
 	return ok
 }
 
-// objectsOfKind returns, as JSON, what part picks of each object of the kind in the YAML files
-// matching pattern.
-func objectsOfKind(f *testing.F, pattern, kind string, part func(map[string]any) any) [][]byte {
-	f.Helper()
-	files, err := filepath.Glob(pattern)
-	if err != nil {
-		f.Fatal(err)
+// FuzzNumProcPerNode builds a TrainJob of each shipped runtime that reads numProcPerNode (torch
+// and MPI) with any value of spec.trainer.numProcPerNode, a number or a string. A value the
+// framework cannot use is refused with that field named; one it takes reaches torchrun as a
+// plain positive number that fits an int32 (so that the world size is what the TrainJob says),
+// or becomes MPI's slots per node.
+func FuzzNumProcPerNode(f *testing.F) {
+	for _, s := range []string{"auto", "cpu", "gpu", "4", "007", "+5", "-1", "0", "1e3", " 2", "2147483648", "99999999999999999999", "٣"} {
+		f.Add(true, int32(0), s)
 	}
-	var out [][]byte
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
+	for _, n := range []int32{1, 8, 0, -3, 2147483647} {
+		f.Add(false, n, "")
+	}
+	var runtimes []*trainer.TrainingRuntimeSpec
+	for _, raw := range utiltesting.ObjectsOfKind(f, "../../config/runtimes/*.yaml", "ClusterTrainingRuntime", func(obj map[string]any) any { return obj["spec"] }) {
+		spec := &trainer.TrainingRuntimeSpec{}
+		if err := json.Unmarshal(raw, spec); err != nil {
 			f.Fatal(err)
 		}
-		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := docs.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				f.Fatalf("%s: %v", file, err)
-			}
-			obj := map[string]any{}
-			if err := yaml.Unmarshal(doc, &obj); err != nil {
-				f.Fatalf("%s: %v", file, err)
-			}
-			if obj["kind"] != kind {
-				continue
-			}
-			js, err := json.Marshal(part(obj))
-			if err != nil {
-				f.Fatal(err)
-			}
-			out = append(out, js)
+		if spec.MLPolicy != nil && (spec.MLPolicy.Torch != nil || spec.MLPolicy.MPI != nil) {
+			runtimes = append(runtimes, spec)
 		}
 	}
-	return out
+	if len(runtimes) != 2 {
+		f.Fatalf("want the shipped torch and MPI runtimes, found %d", len(runtimes))
+	}
+	frameworks := controller.Frameworks()
+	f.Fuzz(func(t *testing.T, isString bool, n int32, s string) {
+		value := intstr.FromInt32(n)
+		if isString {
+			value = intstr.FromString(s)
+		}
+		for _, spec := range runtimes {
+			tj := &trainer.TrainJob{
+				ObjectMeta: metav1.ObjectMeta{Name: "fuzz", Namespace: "default"},
+				Spec:       trainer.TrainJobSpec{Trainer: &trainer.Trainer{NumProcPerNode: &value}},
+			}
+			rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "fuzz", Spec: spec}
+			children, err := build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
+			if err != nil {
+				if !strings.Contains(err.Error(), "spec.trainer.numProcPerNode") {
+					t.Fatalf("numProcPerNode %q: refused without naming the field: %v", value.String(), err)
+				}
+				continue
+			}
+			if spec.MLPolicy.Torch == nil {
+				continue
+			}
+			procs, ok := trainerEnv(children, torch.EnvNumProcPerNode)
+			if !ok {
+				t.Fatalf("numProcPerNode %q: no %s", value.String(), torch.EnvNumProcPerNode)
+			}
+			parsed, err := strconv.ParseInt(procs, 10, 32)
+			if err != nil || parsed < 1 || strconv.FormatInt(parsed, 10) != procs {
+				t.Fatalf("numProcPerNode %q reached torchrun as %s=%q: not a plain positive int32", value.String(), torch.EnvNumProcPerNode, procs)
+			}
+		}
+	})
+}
+
+// trainerEnv finds an env var of the built JobSet's trainer container (the "node" job's).
+func trainerEnv(children *build.Children, name string) (string, bool) {
+	for _, job := range children.JobSet.Spec.ReplicatedJobs {
+		if job.Name == nil || *job.Name != "node" {
+			continue
+		}
+		for _, c := range job.Template.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name != nil && *e.Name == name && e.Value != nil {
+					return *e.Value, true
+				}
+			}
+		}
+	}
+	return "", false
 }

@@ -135,8 +135,9 @@ func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (st
 	case "cpu":
 		return strconv.FormatInt(framework.CPUs(c), 10), nil
 	}
-	if n, err := strconv.Atoi(value); err != nil || n < 1 {
-		return "", invalid("must be auto, cpu, gpu or a positive integer")
+	n, err := strconv.ParseInt(value, 10, 32)
+	if err != nil || n < 1 {
+		return "", invalid("must be auto, cpu, gpu or a positive integer below 2^31")
 	}
-	return value, nil
+	return strconv.FormatInt(n, 10), nil // "007" and "+7" reach torchrun as 7.
 }
