@@ -13,7 +13,7 @@ import (
 
 // checkTrainJob runs the checks of the TrainJob's fields against its runtime and framework that
 // need nothing built yet (the jobs its overrides and patches name, the framework's env vars set by
-// hand, numProcPerNode), and returns every error they find, so that admission lists them all. A
+// hand, Kubernetes' rules for what it copies into the JobSet, numProcPerNode), and returns every error they find, so that admission lists them all. A
 // fault of the runtime's own is returned alone: the TrainJob cannot fix it.
 func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 	patches, targetErrs := podPatches(b)
@@ -22,6 +22,7 @@ func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 		return err
 	}
 	errs = append(errs, targetErrs...)
+	errs = append(errs, checkKubernetesRules(b, patches)...)
 	if err := checkNumProcPerNode(b, fw); err != nil {
 		errs = append(errs, err)
 	}

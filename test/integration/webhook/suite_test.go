@@ -25,6 +25,7 @@ import (
 var (
 	k8sClient client.Client
 	restCfg   *rest.Config
+	cluster   *testenv.Cluster
 )
 
 func TestMain(m *testing.M) {
@@ -33,7 +34,8 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	cluster, err := testenv.Start(testenv.WithWebhooks)
+	var err error
+	cluster, err = testenv.Start(testenv.WithWebhooks)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
