@@ -81,7 +81,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
 		return result, err
 	}
-	if werr := r.client.Status().Update(ctx, tj); werr != nil {
+	if werr := r.client.Status().Update(ctx, tj, client.FieldOwner(fieldManager(r.framework))); werr != nil {
 		if apierrors.IsConflict(werr) {
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -339,7 +339,7 @@ var errJobSetExists = errors.New("the JobSet exists")
 func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children, js *jobsetv1alpha2.JobSet) error {
 	if js == nil {
 		for _, obj := range children.Create {
-			err := r.client.Create(ctx, obj)
+			err := r.client.Create(ctx, obj, client.FieldOwner(fieldManager(r.framework)))
 			if apierrors.IsAlreadyExists(err) {
 				err = r.adopt(ctx, obj)
 			}
@@ -422,7 +422,7 @@ func (r *TrainJobReconciler) adopt(ctx context.Context, obj client.Object) error
 	}
 	err = r.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager(r.framework)))
 	if apierrors.IsNotFound(err) {
-		return r.client.Create(ctx, obj)
+		return r.client.Create(ctx, obj, client.FieldOwner(fieldManager(r.framework)))
 	}
 	return err
 }

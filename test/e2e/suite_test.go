@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	if code == 0 {
+		// After the whole suite: no field of what the operator writes has two writers.
+		overlaps, err := testenv.FieldOverlaps(context.Background(), k8sClient)
+		if err != nil || len(overlaps) > 0 {
+			fmt.Fprintf(os.Stderr, "Checking the managed fields: %v\n%s\n", err, strings.Join(overlaps, "\n"))
+			code = 1
+		}
+	}
 	if code != 0 {
 		// The cluster's logs go with it: keep a copy to read.
 		keep, _ := os.MkdirTemp("", "trainjob-e2e-logs-")
