@@ -496,19 +496,25 @@ func TestJobSet(t *testing.T) {
 				return w.Obj()
 			},
 		},
-		"the Jobs' TrainJob name label is the operator's: no label of the TrainJob changes it": {
+		"the Jobs' TrainJob name label is the operator's, whatever the runtime says": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := utiltesting.MakeRuntimeSpec().Obj()
+				rt.Template.Spec.ReplicatedJobs[0].Template.Labels = map[string]string{trainer.TrainJobNameLabel: "another"}
+				return rt
+			}(),
+			trainJob: tj().Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return utiltesting.MakeJobSet(tj, rt).Obj() // Obj labels the Jobs with tj's name.
+			},
+		},
+		"a TrainJob may not set the operator's labels": {
 			runtime: utiltesting.MakeRuntimeSpec().Obj(),
 			trainJob: func() *trainer.TrainJob {
 				o := tj().Obj()
 				o.Spec.Labels = map[string]string{trainer.TrainJobNameLabel: "another"}
 				return o
 			}(),
-			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
-				other := map[string]string{trainer.TrainJobNameLabel: "another"}
-				return utiltesting.MakeJobSet(tj, rt).Labels(other).ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
-					j.Template.Spec.Template.Labels[trainer.TrainJobNameLabel] = "another"
-				}).Obj() // Obj labels the Jobs with tj's name.
-			},
+			wantErr: "spec.labels[trainer.kubeflow.org/trainjob-name]: Forbidden: is set by the operator, from the runtime's gang policy and the TrainJob's name, and may not be set by hand",
 		},
 		"the runtime's JobSet labels and annotations are kept": {
 			runtime: func() trainer.TrainingRuntimeSpec {

@@ -9,6 +9,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/gang"
 )
 
 // checkKubernetesRules refuses, at the TrainJob's own field, what Kubernetes would refuse once it
@@ -53,14 +54,27 @@ func checkKubernetesRules(b *framework.Draft, patches []podPatch) field.ErrorLis
 	return errs
 }
 
+// operatorKeys are the labels and annotations the operator sets on what it builds, and a
+// TrainJob may not: they place pods in a gang or a KAI queue (another TrainJob's, another team's),
+// or tell the operator's watches which TrainJob a Job is of.
+var operatorKeys = []string{gang.CoschedulingLabel, gang.VolcanoAnnotation, gang.KAIQueueLabel, trainer.TrainJobNameLabel}
+
 // metadataErrors checks labels and annotations as the API server checks an object's, at
-// path's labels and annotations.
+// path's labels and annotations, and refuses the operator's own keys.
 func metadataErrors(meta *trainer.MetadataPatch, path *field.Path) field.ErrorList {
 	if meta == nil {
 		return nil
 	}
 	errs := metav1validation.ValidateLabels(meta.Labels, path.Child("labels"))
-	return append(errs, apimachineryvalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
+	errs = append(errs, apimachineryvalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
+	for _, key := range operatorKeys {
+		for kind, entries := range map[string]map[string]string{"labels": meta.Labels, "annotations": meta.Annotations} {
+			if _, ok := entries[key]; ok {
+				errs = append(errs, field.Forbidden(path.Child(kind).Key(key), "is set by the operator, from the runtime's gang policy and the TrainJob's name, and may not be set by hand"))
+			}
+		}
+	}
+	return errs
 }
 
 // envNameErrors checks env var names as Kubernetes checks a pod's: printable ASCII but '='.

@@ -259,11 +259,16 @@ func TestGangMembership(t *testing.T) {
 		assert.Nil(t, children.PodGroup)
 	})
 
-	t.Run("the TrainJob's labels cannot take a pod out of its gang", func(t *testing.T) {
-		sneaky := tj.DeepCopy()
-		sneaky.Spec.Labels = map[string]string{gang.CoschedulingLabel: "other"}
-		children := buildChildren(t, sneaky, runtime().PodGroupPolicy(coscheduling).Obj(), plain.New())
-		labels, _ := podMetadata(t, children)
-		assert.Equal(t, "tj", labels["node"][gang.CoschedulingLabel])
+	t.Run("a TrainJob may not name a gang or a queue itself", func(t *testing.T) {
+		for _, meta := range []trainer.MetadataPatch{
+			{Labels: map[string]string{gang.CoschedulingLabel: "other"}},
+			{Annotations: map[string]string{gang.VolcanoAnnotation: "other"}},
+			{Labels: map[string]string{gang.KAIQueueLabel: "another-teams-queue"}},
+		} {
+			sneaky := tj.DeepCopy()
+			sneaky.Spec.Labels, sneaky.Spec.Annotations = meta.Labels, meta.Annotations
+			_, err := build.Build(sneaky, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: ptr.To(runtime().PodGroupPolicy(coscheduling).Obj())}, plain.New())
+			assert.ErrorContains(t, err, "may not be set by hand", "%v", meta)
+		}
 	})
 }

@@ -93,6 +93,18 @@ func TestHostileTrainJobs(t *testing.T) {
 				utiltesting.PodPatch("node", &trainer.MetadataPatch{Labels: map[string]string{"zone": "a b"}}, nil))}
 		}), want: []string{`spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.metadata.labels: Invalid value: "a b"`}},
 
+		// The operator's own keys: joining another gang, or another team's KAI queue.
+		{name: "a gang label on the TrainJob", obj: tj("gang-label", func(o *trainer.TrainJob) {
+			o.Spec.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "someone-else"}
+		}), want: []string{"spec.labels[scheduling.x-k8s.io/pod-group]: Forbidden", "may not be set by hand"}},
+		{name: "a Volcano group annotation on the TrainJob", obj: tj("volcano-annotation", func(o *trainer.TrainJob) {
+			o.Spec.Annotations = map[string]string{"scheduling.k8s.io/group-name": "someone-else"}
+		}), want: []string{"spec.annotations[scheduling.k8s.io/group-name]: Forbidden"}},
+		{name: "a KAI queue label in a runtime patch", obj: tj("kai-patch", func(o *trainer.TrainJob) {
+			o.Spec.RuntimePatches = []trainer.RuntimePatch{utiltesting.JobPatch("kueue.x-k8s.io/manager",
+				utiltesting.PodPatch("node", &trainer.MetadataPatch{Labels: map[string]string{"kai.scheduler/queue": "another-team"}}, nil))}
+		}), want: []string{"spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.metadata.labels[kai.scheduler/queue]: Forbidden"}},
+
 		// Megabyte strings.
 		{name: "a 1 MiB command", obj: trainerWith("command-mib", trainer.Trainer{Command: []string{mib}}),
 			check: func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.NotEmpty(c, js.Name) }},
