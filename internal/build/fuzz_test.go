@@ -20,7 +20,8 @@ import (
 
 // FuzzBuild builds arbitrary TrainJob and runtime pairs, given as JSON, with the framework the
 // runtime's policy selects, as the controllers do: what cannot be built is an error, never a
-// panic. The seeds are every sample and upstream TrainJob against every shipped, sample and
+// panic; what is built is all in the TrainJob's namespace, and its size is bounded by the
+// input's and the schema's bound on nodes. The seeds are every sample and upstream TrainJob against every shipped, sample and
 // upstream runtime. Inputs the API's schema refuses for their size (more than
 // 5000 nodes) are skipped: the API server never lets them reach the pipeline.
 func FuzzBuild(f *testing.F) {
@@ -51,8 +52,56 @@ func FuzzBuild(f *testing.F) {
 			return
 		}
 		rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "fuzz", Spec: spec}
-		_, _ = build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy)) // Errors are the pipeline's answer.
+		children, err := build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
+		if err != nil {
+			return // The pipeline's answer.
+		}
+		// Whatever a TrainJob says, its children are made in its namespace only, where its pods
+		// can reach only that namespace's Secrets and service accounts (docs/security.md).
+		objs := []any{children.JobSet}
+		for _, ac := range children.Apply {
+			objs = append(objs, ac)
+		}
+		for _, obj := range children.Create {
+			objs = append(objs, obj)
+		}
+		if children.PodGroup != nil {
+			objs = append(objs, children.PodGroup)
+		}
+		size := 0
+		for _, obj := range objs {
+			if ns := namespaceOf(t, obj); ns != tj.Namespace {
+				t.Fatalf("a child %T of a TrainJob of namespace %q is in namespace %q", obj, tj.Namespace, ns)
+			}
+			data, _ := json.Marshal(obj)
+			size += len(data)
+		}
+		// What is built grows with what was given, not with numbers in it: replicas stay counts.
+		// Only MPI's hostfile has a line per node, at most 5,000 of them (the schema's bound).
+		if limit := 32*(len(tjJSON)+len(rtJSON)) + 5000*maxHostfileLine + 64<<10; size > limit {
+			t.Fatalf("built %d bytes from %d bytes of TrainJob and runtime (limit %d)", size, len(tjJSON)+len(rtJSON), limit)
+		}
 	})
+}
+
+// maxHostfileLine bounds one line of MPI's hostfile: a pod's DNS name (253 bytes) and its slots.
+const maxHostfileLine = 300
+
+// namespaceOf reads an object's metadata.namespace, whatever its Go type.
+func namespaceOf(t *testing.T, obj any) string {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Metadata struct {
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(data, &meta); err != nil {
+		t.Fatal(err)
+	}
+	return meta.Metadata.Namespace
 }
 
 // withinSchema reports whether the sizes that the pipeline's work grows with are within the

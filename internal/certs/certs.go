@@ -29,7 +29,11 @@ type Options struct {
 // The rotator reads and updates its own Secret in the operator's namespace only; the operator's
 // cluster-wide role can create Secrets but never read them.
 // +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
+// It watches webhook configurations, which RBAC cannot narrow by name, and changes only its own
+// two, by their installed names (cmd/main.go's defaults).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=trainjob-validating-webhook-configuration,verbs=update;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=trainjob-mutating-webhook-configuration,verbs=update;patch
 
 // Provided is for a certificate made elsewhere: it is ready from the start.
 func Provided() <-chan struct{} {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -112,18 +113,23 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 		{"team-a", "patch", "jobsets", true},
 		{"team-a", "delete", "jobsets", true}, // A suspended JobSet that cannot take its TrainJob's changes is made anew.
 		{"team-a", "list", "pods", false},
+		{"", "update", "validatingwebhookconfigurations", false}, // Someone else's,
+		{"", "update", "validatingwebhookconfigurations/trainjob-validating-webhook-configuration", true}, // but its own.
+		{"", "patch", "mutatingwebhookconfigurations/trainjob-mutating-webhook-configuration", true},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s %s in %q", tc.verb, tc.resource, tc.namespace), func(t *testing.T) {
-			group := ""
-			if tc.resource == "jobsets" {
-				group = "jobset.x-k8s.io"
-			}
+			resource, name, _ := strings.Cut(tc.resource, "/")
+			group := map[string]string{
+				"jobsets":                         "jobset.x-k8s.io",
+				"validatingwebhookconfigurations": "admissionregistration.k8s.io",
+				"mutatingwebhookconfigurations":   "admissionregistration.k8s.io",
+			}[resource]
 			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   serviceAccount,
 				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: tc.namespace, Verb: tc.verb, Group: group, Resource: tc.resource,
+					Namespace: tc.namespace, Verb: tc.verb, Group: group, Resource: resource, Name: name,
 				},
 			}}
 			require.NoError(t, k8sClient.Create(ctx, review))
