@@ -146,7 +146,7 @@ func main() {
 	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	cacheOpts, err := controller.CacheOptions(cfg, scheme)
 	exitOn(err, "Unable to read which PodGroup CRDs are installed")
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:  scheme,
 		Cache:   cacheOpts,
 		Metrics: metricsOpts,
@@ -164,8 +164,12 @@ func main() {
 		// The manager exits right after its controllers stop, so the lease can be handed over at
 		// once instead of after it expires.
 		LeaderElectionReleaseOnCancel: true,
-	})
-	exitOn(err, "Unable to create manager")
+	}
+	var mgr ctrl.Manager
+	exitOn(controller.RetryStartup(setupLog, "creating the manager", func() (err error) {
+		mgr, err = ctrl.NewManager(cfg, mgrOpts)
+		return err
+	}), "Unable to create manager")
 
 	ctx := ctrl.SetupSignalHandler()
 	exitOn(controller.Setup(ctx, mgr, controller.Frameworks(), controllerOpts), "Unable to set up the TrainJob controllers")

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -83,7 +84,7 @@ func dropLastApplied(obj any) (any, error) {
 
 // installedPodGroupKinds returns the PodGroup kinds whose CRDs the cluster serves. Without them
 // the manager still runs; TrainJobs that need a missing kind are told so in their status. A CRD
-// installed later is picked up when the manager restarts.
+// installed later is picked up when the manager restarts. Discovery that fails is tried again.
 func installedPodGroupKinds(mapper apimeta.RESTMapper, scheme *runtime.Scheme) ([]client.Object, error) {
 	var installed []client.Object
 	for _, pg := range podGroupKinds() {
@@ -91,11 +92,20 @@ func installedPodGroupKinds(mapper apimeta.RESTMapper, scheme *runtime.Scheme) (
 		if err != nil {
 			return nil, err
 		}
-		switch _, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); {
-		case err == nil:
-			installed = append(installed, pg)
-		case !apimeta.IsNoMatchError(err):
+		served := false
+		err = RetryStartup(ctrl.Log.WithName("setup"), "discovering "+gvk.GroupKind().String(), func() error {
+			_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			served = err == nil
+			if apimeta.IsNoMatchError(err) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			return nil, err
+		}
+		if served {
+			installed = append(installed, pg)
 		}
 	}
 	return installed, nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"math"
 	"net/http"
 	"testing"
@@ -48,10 +47,7 @@ func TestTheManagerRidesOutAnAPIServerRestart(t *testing.T) {
 	m := startManager(t, "manager", nil, "--metrics-bind-address="+metricsAddr, "--metrics-secure=false")
 	defer m.Stop()
 
-	jobs := make([]submitted, *restartTrainJobs)
-	for i := range jobs {
-		jobs[i] = submitted{name: fmt.Sprintf("tj-%d", i), kind: i % len(kinds), complete: i%7 == 3}
-	}
+	jobs := mix(*restartTrainJobs, true)
 	stopCompleting := completeJobSets(ns, jobs)
 	defer stopCompleting()
 	submittedAll := make(chan error, 1)

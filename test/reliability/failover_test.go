@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -46,8 +45,7 @@ func startReplica(t *testing.T, user string) *replica {
 	t.Cleanup(func() {
 		if t.Failed() {
 			data, _ := os.ReadFile(p.Log())
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			t.Logf("the end of %s's log:\n%s", user, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+			t.Logf("the end of %s's log:\n%s", user, lastLines(string(data), 15))
 		}
 	})
 	return &replica{Program: p, user: user, webhookAddr: net.JoinHostPort(hooks.LocalServingHost, port)}
@@ -92,10 +90,7 @@ func TestOnlyTheLeaderWritesAndAStandbyTakesOver(t *testing.T) {
 		assert.Contains(t, resp.Result.Message, "spec.trainer.env[0].name", "replica %s", r.user)
 	}
 
-	jobs := make([]submitted, 100)
-	for i := range jobs {
-		jobs[i] = submitted{name: fmt.Sprintf("tj-%d", i), kind: i % len(kinds)}
-	}
+	jobs := mix(100, false)
 	submittedAll := make(chan error, 1)
 	go func() { submittedAll <- submit(context.Background(), ns, jobs, 8*time.Second) }()
 	time.Sleep(4 * time.Second)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +25,10 @@ import (
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
-var faultTrainJobs = flag.Int("fault-trainjobs", 200, "TrainJobs submitted through the faulty API server")
+var (
+	faultTrainJobs = flag.Int("fault-trainjobs", 200, "TrainJobs submitted through the faulty API server")
+	faultSeed      = flag.Uint64("fault-seed", 0, "seed of the faulty API server's faults; 0 picks one (the test logs it)")
+)
 
 // faultyAPIServer stands between the manager and the API server, over plain HTTP on loopback,
 // and answers some requests itself: 429 with a Retry-After, 500, or, after a wait, 504 as an API
@@ -144,16 +145,16 @@ func TestThrottledAndFailingCallsAreRetriedWithBackoff(t *testing.T) {
 	ns := utiltesting.NewNamespace(t, k8sClient, "faults")
 	createGangRuntime(t)
 	seen := watchChildren(t, ns)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := *faultSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-fault-seed)", seed)
 	api := startFaultyAPIServer(t, seed)
 	m := startManager(t, "manager", []string{"KUBECONFIG=" + api.kubeconfig(t)})
 	defer m.Stop()
 
-	jobs := make([]submitted, *faultTrainJobs)
-	for i := range jobs {
-		jobs[i] = submitted{name: fmt.Sprintf("tj-%d", i), kind: i % len(kinds), complete: i%7 == 3}
-	}
+	jobs := mix(*faultTrainJobs, true)
 	stopCompleting := completeJobSets(ns, jobs)
 	defer stopCompleting()
 	require.NoError(t, submit(context.Background(), ns, jobs, 5*time.Second))
@@ -176,10 +177,4 @@ func TestThrottledAndFailingCallsAreRetriedWithBackoff(t *testing.T) {
 	data, err := os.ReadFile(m.Log())
 	require.NoError(t, err)
 	assert.NotContains(t, string(data), "panic", "the manager's log")
-}
-
-// lastLines is the end of a log.
-func lastLines(log string, n int) string {
-	lines := strings.Split(strings.TrimSpace(log), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
