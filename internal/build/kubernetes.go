@@ -15,7 +15,8 @@ import (
 // checkKubernetesRules refuses, at the TrainJob's own field, what Kubernetes would refuse once it
 // is copied into the JobSet or its pods: the syntax and size of labels and annotations (the API
 // server would refuse the JobSet) and env var names (the Job controller could make no pod). The
-// TrainJob would otherwise be admitted and fail later, far from its cause.
+// TrainJob would otherwise be admitted and fail later, far from its cause. It also refuses the
+// operator's own labels and annotations (operatorKeys).
 func checkKubernetesRules(b *framework.Draft, patches []podPatch) field.ErrorList {
 	tj := b.TrainJob
 	spec := field.NewPath("spec")
@@ -67,10 +68,13 @@ func metadataErrors(meta *trainer.MetadataPatch, path *field.Path) field.ErrorLi
 	}
 	errs := metav1validation.ValidateLabels(meta.Labels, path.Child("labels"))
 	errs = append(errs, apimachineryvalidation.ValidateAnnotations(meta.Annotations, path.Child("annotations"))...)
-	for _, key := range operatorKeys {
-		for kind, entries := range map[string]map[string]string{"labels": meta.Labels, "annotations": meta.Annotations} {
-			if _, ok := entries[key]; ok {
-				errs = append(errs, field.Forbidden(path.Child(kind).Key(key), "is set by the operator, from the runtime's gang policy and the TrainJob's name, and may not be set by hand"))
+	for _, kind := range []struct {
+		name    string
+		entries map[string]string
+	}{{"labels", meta.Labels}, {"annotations", meta.Annotations}} {
+		for _, key := range operatorKeys {
+			if _, ok := kind.entries[key]; ok {
+				errs = append(errs, field.Forbidden(path.Child(kind.name).Key(key), "is set by the operator, from the runtime's gang policy and the TrainJob's name, and may not be set by hand"))
 			}
 		}
 	}
