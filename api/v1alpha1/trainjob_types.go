@@ -6,6 +6,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
+// TrainJobKind is the TrainJob's kind.
+const TrainJobKind = "TrainJob"
+
 // Values of spec.managedBy.
 const (
 	// TrainJobControllerName is the default spec.managedBy: this operator reconciles the TrainJob.

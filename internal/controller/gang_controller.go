@@ -115,11 +115,11 @@ func watchGangs(informer cache.Informer, recorder events.EventRecorder, leading 
 		}
 		pg := newObj.(client.Object)
 		owner := metav1.GetControllerOf(pg)
-		if owner == nil || owner.Kind != "TrainJob" {
+		if owner == nil || owner.Kind != trainer.TrainJobKind {
 			return
 		}
 		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: owner.Name, Namespace: pg.GetNamespace(), UID: owner.UID}}
-		tj.SetGroupVersionKind(trainer.GroupVersion.WithKind("TrainJob"))
+		tj.SetGroupVersionKind(trainer.GroupVersion.WithKind(trainer.TrainJobKind))
 		waited := time.Since(pg.GetCreationTimestamp().Time)
 		switch {
 		case is.running && !was.running:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,11 +129,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err != nil {
 		return err
 	}
+	trainJobs, err := apiutil.RESTClientForGVK(trainer.GroupVersion.WithKind(trainer.TrainJobKind), false, false,
+		mgr.GetConfig(), serializer.NewCodecFactory(mgr.GetScheme()), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	for _, fw := range frameworks {
 		r := &TrainJobReconciler{
 			client:             mgr.GetClient(),
 			apiReader:          mgr.GetAPIReader(),
 			jobSets:            jobSets.RESTClient(),
+			trainJobs:          trainJobs,
 			recorder:           mgr.GetEventRecorder(fieldManager(fw)),
 			framework:          fw,
 			frameworks:         frameworks,

@@ -46,9 +46,10 @@ type TrainJobReconciler struct {
 	client client.Client
 	// apiReader reads from the API server, past the cache: what the cache leaves out.
 	apiReader client.Reader
-	// jobSets is a REST client of JobSets, for the requests whose answer is not read.
-	jobSets   rest.Interface
-	recorder  events.EventRecorder
+	// jobSets and trainJobs are REST clients of JobSets and TrainJobs, for the requests whose
+	// answer is not read.
+	jobSets, trainJobs rest.Interface
+	recorder           events.EventRecorder
 	framework framework.Framework
 	// frameworks are all the frameworks the manager runs, to tell whose a TrainJob is.
 	frameworks []framework.Framework
@@ -81,7 +82,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
 		return result, err
 	}
-	if werr := r.client.Status().Update(ctx, tj, client.FieldOwner(fieldManager(r.framework))); werr != nil {
+	if werr := r.writeStatus(ctx, tj); werr != nil {
 		if apierrors.IsConflict(werr) {
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -364,6 +365,23 @@ func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children
 		return fmt.Errorf("applying JobSet %q: %w", *children.JobSet.Name, err)
 	}
 	return nil
+}
+
+// writeStatus writes the TrainJob's status. The TrainJob the API server answers with is not
+// decoded: the next reconcile reads the TrainJob from the cache, and the strings of a decoded
+// answer would outlive the reconcile in the events that refer to the TrainJob, which refer to
+// the cached ones instead.
+func (r *TrainJobReconciler) writeStatus(ctx context.Context, tj *trainer.TrainJob) error {
+	sent := *tj
+	sent.TypeMeta = metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind}
+	body, err := json.Marshal(&sent)
+	if err != nil {
+		return err
+	}
+	return r.trainJobs.Put().Namespace(tj.Namespace).Resource("trainjobs").Name(tj.Name).SubResource("status").
+		Param("fieldManager", fieldManager(r.framework)).
+		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).
+		Do(ctx).Error()
 }
 
 // create creates the JobSet from its apply configuration, so that it holds exactly the fields an

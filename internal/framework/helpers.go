@@ -99,7 +99,7 @@ func (b *Draft) Labels() map[string]string {
 func OwnerReference(tj *trainer.TrainJob) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion:         trainer.GroupVersion.String(),
-		Kind:               "TrainJob",
+		Kind:               trainer.TrainJobKind,
 		Name:               tj.Name,
 		UID:                tj.UID,
 		Controller:         ptr.To(true),

@@ -20,7 +20,7 @@ type TrainJobWrapper struct{ trainer.TrainJob }
 // MakeTrainJob returns a TrainJob that runs from the ClusterTrainingRuntime "runtime".
 func MakeTrainJob(name, namespace string) *TrainJobWrapper {
 	return &TrainJobWrapper{trainer.TrainJob{
-		TypeMeta:   metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: "TrainJob"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: trainer.TrainJobSpec{
 			RuntimeRef: trainer.RuntimeRef{Name: "runtime"},

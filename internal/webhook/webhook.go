@@ -109,7 +109,7 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 		return nil, nil
 	}
 	if running(old) && running(tj) {
-		return nil, invalid("TrainJob", tj.Name, field.Forbidden(field.NewPath("spec"),
+		return nil, invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("spec"),
 			"only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs: suspend it first"))
 	}
 	return w.validate(ctx, tj)
@@ -139,7 +139,7 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 			err = field.Invalid(field.NewPath("spec", "runtimeRef"), tj.Spec.RuntimeRef.Name,
 				fmt.Sprintf("%s cannot run TrainJobs: %s", re.Runtime, re.Err))
 		}
-		return nil, invalid("TrainJob", tj.Name, err)
+		return nil, invalid(trainer.TrainJobKind, tj.Name, err)
 	}
 	return warnings, nil
 }
