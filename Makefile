@@ -62,7 +62,7 @@ test-integration: manifests generate fmt vet envtest-assets kube-controller-mana
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1
 
 .PHONY: test-e2e
-test-e2e: localcluster-assets ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes.
+test-e2e: localcluster-assets realnode-assets ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: test-reliability
@@ -97,7 +97,7 @@ build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 
 .PHONY: run
-run: manifests localcluster-assets ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all).
+run: manifests localcluster-assets $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node).
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 	$(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)

@@ -39,6 +39,10 @@ JOBSET_CONTROLLER ?= $(LOCALBIN)/jobset-controller
 SCHEDULER_PLUGINS_SCHEDULER ?= $(LOCALBIN)/scheduler-plugins-scheduler
 SCHEDULER_PLUGINS_CONTROLLER ?= $(LOCALBIN)/scheduler-plugins-controller
 KWOK ?= $(LOCALBIN)/kwok
+KUBELET ?= $(LOCALBIN)/kubelet
+COREDNS ?= $(LOCALBIN)/coredns
+IMAGES_TOOL ?= $(LOCALBIN)/image-archive
+IMAGES_DIR ?= $(LOCALBIN)/images
 KUEUE ?= $(LOCALBIN)/kueue
 # Folder for KUBEBUILDER_ASSETS: etcd, kube-apiserver and kubectl side by side.
 ENVTEST_ASSETS ?= $(LOCALBIN)
@@ -62,6 +66,14 @@ kwok: $(KWOK) ## Build KWOK (local cluster).
 kueue: $(KUEUE) ## Build Kueue (local cluster).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
 localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) $(KUEUE) ## Build every program of the local cluster (make run, make test-e2e).
+kubelet: $(KUBELET) ## Build kubelet (the local cluster's real node).
+coredns: $(COREDNS) ## Build CoreDNS (the local cluster's DNS with a real node).
+realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node, make test-e2e).
+.PHONY: kubelet coredns realnode-assets realnode-deps images
+
+## The real node's programs from Debian's packages: containerd, runc, the CNI plugins.
+realnode-deps: ## Install containerd, runc and the CNI plugins from Debian's packages when missing (needs root).
+	hack/realnode-deps.sh
 
 ## controller-gen and kustomize: plain `go install pkg@version` (their go.mod
 ## has no local replaces). Installed as <tool>-<version> plus a symlink
@@ -119,13 +131,13 @@ define go-build-programs
 	rm -rf $(LOCALBIN)/.build-$(notdir $(1))
 endef
 
-$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) &: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
+$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET) &: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
 	$(call check-mod-version,$(K8S_MOD),k8s.io/kubernetes,$(K8S_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/jobset,$(JOBSET_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/kwok,$(KWOK_VERSION))
 	$(call go-build-programs,$(K8S_MOD),$(K8S_LDFLAGS),\
 	  kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl \
-	  kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+	  kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubelet=k8s.io/kubernetes/cmd/kubelet \
 	  jobset-controller=sigs.k8s.io/jobset kwok=sigs.k8s.io/kwok/cmd/kwok)
 
 ## scheduler-plugins replaces every Kubernetes staging module at 1.34 (its own replace block).
@@ -143,3 +155,27 @@ $(KUEUE): export GONOSUMDB = sigs.k8s.io/kueue,github.com/kubeflow
 $(KUEUE): $(KUEUE_MOD)/go.mod $(KUEUE_MOD)/go.sum | $(LOCALBIN)
 	$(call check-mod-version,$(KUEUE_MOD),sigs.k8s.io/kueue,$(KUEUE_VERSION))
 	$(call go-build-programs,$(KUEUE_MOD),-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(KUEUE_VERSION),kueue=sigs.k8s.io/kueue/cmd/kueue)
+
+## CoreDNS with the plugins the real node's pods need (hack/tools/coredns/main.go).
+COREDNS_MOD := $(TOOLS_MOD_DIR)/coredns
+$(COREDNS): $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum $(COREDNS_MOD)/main.go | $(LOCALBIN)
+	cd $(COREDNS_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $@) .
+
+## The real node's images, written as archives containerd imports (no registry): the probe
+## (test/images/probe, static) with busybox's shell and tools, and the pod sandbox, the probe
+## pausing. hack/tools/images writes them with go-containerregistry.
+IMAGES_MOD := $(TOOLS_MOD_DIR)/images
+$(IMAGES_TOOL): $(IMAGES_MOD)/go.mod $(IMAGES_MOD)/go.sum $(IMAGES_MOD)/main.go | $(LOCALBIN)
+	cd $(IMAGES_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $@) .
+
+PROBE_SOURCES := $(wildcard test/images/probe/*.go)
+images: $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar ## Write the real node's images into bin/images.
+$(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar &: $(IMAGES_TOOL) $(PROBE_SOURCES) | $(LOCALBIN)
+	@test -x /usr/bin/busybox || { echo "busybox is missing: run hack/realnode-deps.sh"; exit 1; }
+	rm -rf $(IMAGES_DIR)/rootfs && mkdir -p $(IMAGES_DIR)/rootfs/bin $(IMAGES_DIR)/rootfs/etc $(IMAGES_DIR)/rootfs/tmp
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES_DIR)/rootfs/probe ./test/images/probe
+	cp /usr/bin/busybox $(IMAGES_DIR)/rootfs/bin/busybox
+	for tool in sh ls cat hostname nslookup ping wget sleep env ps; do ln -sf busybox $(IMAGES_DIR)/rootfs/bin/$$tool; done
+	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/probe:v1 -o $(IMAGES_DIR)/probe.tar
+	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/pause:v1 -entrypoint /probe,pause -o $(IMAGES_DIR)/pause.tar
+	rm -rf $(IMAGES_DIR)/rootfs

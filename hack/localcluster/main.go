@@ -50,6 +50,7 @@ func run() error {
 	flag.StringVar(&memory, "node-memory", capacity.Memory().String(), "Memory of each fake node.")
 	gpus := capacity["nvidia.com/gpu"]
 	flag.StringVar(&gpu, "node-gpu", gpus.String(), "nvidia.com/gpu of each fake node.")
+	flag.BoolVar(&local.RealNode, "real-node", false, "Add a real node, whose pods run real processes (needs root; make realnode-assets).")
 	flag.DurationVar(&local.PodRunTime, "pod-run-time", local.PodRunTime,
 		"How long a pod of a Job runs before it succeeds (the pod annotation "+testenv.RunForAnnotation+" overrides it).")
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {

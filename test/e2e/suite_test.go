@@ -55,6 +55,7 @@ func run(m *testing.M) int {
 
 	opts := testenv.DefaultLocalOptions()
 	opts.PodRunTime = podRunTime
+	opts.RealNode = true
 	if cluster, err = testenv.Start(testenv.WithWebhooks, testenv.WithLocalCluster(opts)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -82,6 +82,9 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	if err := os.Mkdir(apiServer.CertDir, 0o700); err != nil {
 		return nil, err
 	}
+	// A node's address, not its host name, which resolves nowhere here: for `kubectl logs` and
+	// `exec`, the API server calls the real node's kubelet there.
+	apiServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w (the cluster's folder is kept: %s)", err, c.Dir)

@@ -42,6 +42,10 @@ type LocalOptions struct {
 	NodeCapacity corev1.ResourceList
 	// PodRunTime is how long a pod of a Job runs, once started, before it succeeds.
 	PodRunTime time.Duration
+	// RealNode adds one real node beside the fake ones: a kubelet and containerd, whose pods run
+	// real processes (see RealNodeName). It needs root and Debian's containerd, runc and CNI
+	// plugins (hack/realnode-deps.sh), and the images of `make images`.
+	RealNode bool
 }
 
 // DefaultLocalOptions fit every shipped runtime and sample: 4 nodes of 16 CPUs, 64Gi of memory
@@ -154,6 +158,12 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		}
 	}
 
+	if o.RealNode {
+		if err := c.startRealNode(context.Background()); err != nil {
+			return fmt.Errorf("starting the real node: %w", err)
+		}
+	}
+
 	// The service-account controller makes every namespace's "default" ServiceAccount: once
 	// there, kube-controller-manager works.
 	return c.waitFor("kube-controller-manager", func() bool {
@@ -188,8 +198,16 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 	if err := c.Client.Create(ctx, node); err != nil {
 		return fmt.Errorf("adding node %s: %w", name, err)
 	}
+	return c.waitForNode(ctx, name)
+}
+
+// waitForNode waits until a node is Ready, then does what the node lifecycle controller, which
+// the local cluster does not run (fake nodes send no heartbeats to judge them by), would: lifts
+// the not-ready taint the API server puts on a new node.
+func (c *Cluster) waitForNode(ctx context.Context, name string) error {
+	node := &corev1.Node{}
 	if err := c.waitFor("node "+name+" to be Ready", func() bool {
-		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return false
 		}
 		for _, cond := range node.Status.Conditions {
@@ -201,9 +219,6 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 	}); err != nil {
 		return err
 	}
-	// The API server taints a new node not-ready; the node lifecycle controller, which the local
-	// cluster does not run (fake nodes send no heartbeats to judge them by), would lift the taint
-	// once the node is Ready.
 	patch := client.MergeFrom(node.DeepCopy())
 	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
 	return c.Client.Patch(ctx, node, patch)

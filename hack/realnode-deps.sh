@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs what the local cluster's real node takes from Debian's packages, when it is missing:
+# containerd (with its CRI plugin) and ctr, runc, the CNI plugins, and busybox for the images.
+set -eu
+missing=""
+for part in /usr/bin/containerd:containerd /usr/bin/ctr:containerd /usr/sbin/runc:runc \
+	/usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins \
+	/usr/lib/cni/loopback:containernetworking-plugins /usr/bin/busybox:busybox-static; do
+	[ -e "${part%%:*}" ] || missing="$missing ${part#*:}"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+	echo "the real node needs Debian's packages$missing; install them as root: apt-get install$missing" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y --no-install-recommends $missing || { apt-get update && apt-get install -y --no-install-recommends $missing; }

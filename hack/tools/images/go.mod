@@ -1,0 +1,12 @@
+// Build-only module for the image writer of the local cluster's real node (see hack/tools.mk).
+module github.com/trainjob/operator/hack/tools/images
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+)

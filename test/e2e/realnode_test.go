@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// realPolling bounds a wait for real processes: their pods start in seconds on the real node,
+// and a probe that cannot meet its group gives up after PROBE_TIMEOUT.
+var realPolling = utiltesting.Polling{Timeout: 3 * time.Minute, Interval: 500 * time.Millisecond}
+
+// onTheRealNode makes a TrainJob of a shipped runtime run the probe on the real node: the probe's
+// image and command for the framework, resources that fit the machine, and the real node's
+// selector and toleration for the node job's pods.
+func onTheRealNode(w *utiltesting.TrainJobWrapper, framework string, numNodes int32) *trainer.TrainJob {
+	tj := w.NumNodes(numNodes).PodSpecOverrides(trainer.PodSpecOverride{
+		TargetJobs: []string{"node"},
+		PodSpecPatch: trainer.PodSpecPatch{
+			NodeSelector: map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
+			Tolerations:  []corev1.Toleration{testenv.RealNodeToleration()},
+		},
+	}).Obj()
+	tj.Spec.Trainer.Image = ptr.To(testenv.ProbeImage)
+	tj.Spec.Trainer.Command = []string{"/probe", framework}
+	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "PROBE_TIMEOUT", Value: "60s"}}
+	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+	}}
+	return tj
+}
+
+// logsOf returns the logs of the TrainJob's pods on the real node, by pod name, as the kubelet
+// serves them to `kubectl logs`.
+func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
+	t.Helper()
+	clientset, err := kubernetes.NewForConfig(cluster.Env.Config)
+	require.NoError(t, err)
+	logs := map[string]string{}
+	for _, p := range pods(t, tj) {
+		data, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+		require.NoError(t, err, "logs of pod %s", p.Name)
+		logs[p.Name] = string(data)
+	}
+	return logs
+}
+
+// TestRealProcessesMeetThroughTheWiring runs each shipped runtime's shape on the real node with
+// the probe, which does with the operator's env vars and JobSet's host names what the
+// framework's launcher does: the TrainJob reaches Complete only if every process reached the
+// address it was given, rank 0 listened there, and the ranks were distinct and whole.
+func TestRealProcessesMeetThroughTheWiring(t *testing.T) {
+	for _, c := range []struct{ framework, runtime string }{
+		{"torch", "torch-distributed"},
+		{"xgboost", "xgboost-distributed"},
+		{"jax", "jax-distributed"},
+	} {
+		t.Run(c.framework, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			tj := onTheRealNode(utiltesting.MakeTrainJob("real-"+c.framework, ns).
+				RuntimeRef(trainer.ClusterTrainingRuntimeKind, c.runtime), c.framework, 2)
+			require.NoError(t, k8sClient.Create(context.Background(), tj))
+			utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+			waitForComplete(t, tj)
+
+			logs := logsOf(t, tj)
+			require.Len(t, logs, 2)
+			for name, log := range logs {
+				assert.Regexp(t, `rank [01] of 2 met at real-`+c.framework+`-node-0-0\.real-`+c.framework+`:\d+: met`, log, "pod %s", name)
+			}
+			for _, p := range pods(t, tj) {
+				assert.Equal(t, testenv.RealNodeName, p.Spec.NodeName, "pod %s", p.Name)
+			}
+		})
+	}
+}
+
+// TestBrokenWiringFailsTheTrainJob proves that the probe can fail: a runtime of torch's shape
+// whose command sends every rank but 0 to another port. Rank 0 waits for a group that never
+// forms, the others find nobody listening; the pods fail and so does the TrainJob.
+func TestBrokenWiringFailsTheTrainJob(t *testing.T) {
+	ns := newNamespace(t)
+	rt := &trainer.TrainingRuntime{}
+	rt.Name, rt.Namespace = "broken-torch", ns
+	ctr := &trainer.ClusterTrainingRuntime{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: "torch-distributed"}, ctr))
+	rt.Labels = ctr.Labels
+	rt.Spec = *ctr.Spec.DeepCopy()
+	job := &rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec
+	job.BackoffLimit = ptr.To[int32](0)
+	job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	require.NoError(t, k8sClient.Create(context.Background(), rt))
+
+	tj := onTheRealNode(utiltesting.MakeTrainJob("broken", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 2)
+	tj.Spec.Trainer.Command = []string{"sh", "-c", `[ "$PET_NODE_RANK" = 0 ] || export PET_MASTER_PORT=$((PET_MASTER_PORT + 1)); exec /probe torch`}
+	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "PROBE_TIMEOUT", Value: "15s"}}
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	got := utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobFailed))
+	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete))
+
+	var logs []string
+	for _, log := range logsOf(t, tj) {
+		logs = append(logs, log)
+	}
+	// Rank 1 found nobody at the port it was sent to, rank 0 waited for it in vain; whichever
+	// pod JobSet has not removed yet says so.
+	assert.Regexp(t, `could not reach broken-node-0-0\.broken:29401|waiting at broken-node-0-0\.broken:29400 for the group of 2`,
+		strings.Join(logs, "\n"))
+}
