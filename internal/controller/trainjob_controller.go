@@ -50,7 +50,7 @@ type TrainJobReconciler struct {
 	// answer is not read.
 	jobSets, trainJobs rest.Interface
 	recorder           events.EventRecorder
-	framework framework.Framework
+	framework          framework.Framework
 	// frameworks are all the frameworks the manager runs, to tell whose a TrainJob is.
 	frameworks []framework.Framework
 	// runtimeGracePeriod is how long a new TrainJob waits for its runtime to appear before it is

@@ -138,4 +138,3 @@ func tarFolder(root string) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
-
