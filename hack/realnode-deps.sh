@@ -1,11 +1,13 @@
 #!/bin/sh
 # Installs what the local cluster's real node takes from Debian's packages, when it is missing:
-# containerd (with its CRI plugin) and ctr, runc, the CNI plugins, and busybox for the images.
+# containerd (with its CRI plugin) and ctr, runc, the CNI plugins, and busybox and debootstrap for
+# the images.
 set -eu
 missing=""
 for part in /usr/bin/containerd:containerd /usr/bin/ctr:containerd /usr/sbin/runc:runc \
 	/usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins \
-	/usr/lib/cni/loopback:containernetworking-plugins /usr/bin/busybox:busybox-static; do
+	/usr/lib/cni/loopback:containernetworking-plugins /usr/bin/busybox:busybox-static \
+	/usr/sbin/debootstrap:debootstrap; do
 	[ -e "${part%%:*}" ] || missing="$missing ${part#*:}"
 done
 [ -z "$missing" ] && exit 0

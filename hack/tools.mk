@@ -169,7 +169,7 @@ $(IMAGES_TOOL): $(IMAGES_MOD)/go.mod $(IMAGES_MOD)/go.sum $(IMAGES_MOD)/main.go 
 	cd $(IMAGES_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $@) .
 
 PROBE_SOURCES := $(wildcard test/images/probe/*.go)
-images: $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar ## Write the real node's images into bin/images.
+images: $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/mpi.tar ## Write the real node's images into bin/images.
 $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar &: $(IMAGES_TOOL) $(PROBE_SOURCES) | $(LOCALBIN)
 	@test -x /usr/bin/busybox || { echo "busybox is missing: run hack/realnode-deps.sh"; exit 1; }
 	rm -rf $(IMAGES_DIR)/rootfs && mkdir -p $(IMAGES_DIR)/rootfs/bin $(IMAGES_DIR)/rootfs/etc $(IMAGES_DIR)/rootfs/tmp
@@ -179,3 +179,11 @@ $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar &: $(IMAGES_TOOL) $(PROBE_SOURCE
 	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/probe:v1 -o $(IMAGES_DIR)/probe.tar
 	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/pause:v1 -entrypoint /probe,pause -o $(IMAGES_DIR)/pause.tar
 	rm -rf $(IMAGES_DIR)/rootfs
+
+## The MPI image: Debian with OpenSSH and Open MPI, as mpi-operator's images are set up
+## (hack/images/mpi-rootfs.sh, with debootstrap from Debian's mirror; about 2 minutes).
+$(IMAGES_DIR)/mpi.tar: $(IMAGES_TOOL) hack/images/mpi-rootfs.sh | $(LOCALBIN)
+	mkdir -p $(IMAGES_DIR)
+	hack/images/mpi-rootfs.sh $(IMAGES_DIR)/mpi-rootfs
+	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/mpi-rootfs -tag localcluster.local/mpi:v1 -o $@
+	rm -rf $(IMAGES_DIR)/mpi-rootfs

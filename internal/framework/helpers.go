@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,17 @@ func (b *Draft) PodAddress(job string, jobIndex, podIndex int) string {
 func (b *Draft) SetEnv(vars ...corev1.EnvVar) {
 	c := b.TrainerContainer()
 	c.Env = upsert.Env(c.Env, vars...)
+}
+
+// SetDefaultEnv sets the env vars of the trainer container that neither the runtime nor the
+// TrainJob set: defaults they may change.
+func (b *Draft) SetDefaultEnv(vars ...corev1.EnvVar) {
+	c := b.TrainerContainer()
+	for _, v := range vars {
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == v.Name }) {
+			c.Env = append(c.Env, v)
+		}
+	}
 }
 
 // SetRankEnv makes the trainer job Indexed and sets an env var of the trainer container to each

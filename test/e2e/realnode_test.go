@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,7 +24,7 @@ import (
 
 // realPolling bounds a wait for real processes: their pods start in seconds on the real node,
 // and a probe that cannot meet its group gives up after PROBE_TIMEOUT.
-var realPolling = utiltesting.Polling{Timeout: 3 * time.Minute, Interval: 500 * time.Millisecond}
+var realPolling = utiltesting.Polling{Timeout: 90 * time.Second, Interval: 500 * time.Millisecond}
 
 // onTheRealNode makes a TrainJob of a shipped runtime run the probe on the real node: the probe's
 // image and command for the framework, resources that fit the machine, and the real node's
@@ -59,6 +61,28 @@ func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
 	return logs
 }
 
+// explainOnFailure logs, when the test has failed, the state and logs of each pod of the
+// TrainJob: what a real process said is what tells why it did not get on.
+func explainOnFailure(t *testing.T, tj *trainer.TrainJob) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		clientset, err := kubernetes.NewForConfig(cluster.Env.Config)
+		if err != nil {
+			return
+		}
+		for _, p := range pods(t, tj) {
+			var states []string
+			for _, s := range p.Status.ContainerStatuses {
+				states = append(states, fmt.Sprintf("%s ready=%t restarts=%d %+v", s.Name, s.Ready, s.RestartCount, s.State))
+			}
+			data, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+			t.Logf("pod %s on %q: %s %s\n%s%v", p.Name, p.Spec.NodeName, p.Status.Phase, strings.Join(states, "; "), data, err)
+		}
+	})
+}
+
 // TestRealProcessesMeetThroughTheWiring runs each shipped runtime's shape on the real node with
 // the probe, which does with the operator's env vars and JobSet's host names what the
 // framework's launcher does: the TrainJob reaches Complete only if every process reached the
@@ -75,6 +99,7 @@ func TestRealProcessesMeetThroughTheWiring(t *testing.T) {
 			tj := onTheRealNode(utiltesting.MakeTrainJob("real-"+c.framework, ns).
 				RuntimeRef(trainer.ClusterTrainingRuntimeKind, c.runtime), c.framework, 2)
 			require.NoError(t, k8sClient.Create(context.Background(), tj))
+			explainOnFailure(t, tj)
 			utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
 			waitForComplete(t, tj)
 
@@ -121,4 +146,64 @@ func TestBrokenWiringFailsTheTrainJob(t *testing.T) {
 	// pod JobSet has not removed yet says so.
 	assert.Regexp(t, `could not reach broken-node-0-0\.broken:29401|waiting at broken-node-0-0\.broken:29400 for the group of 2`,
 		strings.Join(logs, "\n"))
+}
+
+// TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile runs the shipped mpi-distributed runtime on
+// the real node with Debian's Open MPI and OpenSSH: the launcher's mpirun reads the operator's
+// hostfile and reaches every node's sshd with the operator's key pair, as the runtime's user, and
+// runs hostname on every slot. With runLauncherAsNode, the launcher is one of the hosts.
+func TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile(t *testing.T) {
+	ns := newNamespace(t)
+	mpi := func(name, runtimeKind, runtime string) *trainer.TrainJob {
+		tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(runtimeKind, runtime).NumNodes(2).
+			NumProcPerNode(intstr.FromInt32(2)).
+			PodSpecOverrides(trainer.PodSpecOverride{
+				TargetJobs: []string{"node", "launcher"},
+				PodSpecPatch: trainer.PodSpecPatch{
+					NodeSelector: map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
+					Tolerations:  []corev1.Toleration{testenv.RealNodeToleration()},
+				},
+			}).Obj()
+		tj.Spec.Trainer.Image = ptr.To(testenv.MPIImage)
+		tj.Spec.Trainer.Command = []string{"mpirun"}
+		tj.Spec.Trainer.Args = []string{"hostname"}
+		tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+		}}
+		return tj
+	}
+	launcherLog := func(t *testing.T, tj *trainer.TrainJob) string {
+		for name, log := range logsOf(t, tj) {
+			if strings.HasPrefix(name, tj.Name+"-launcher-") {
+				return log
+			}
+		}
+		t.Fatalf("no launcher pod for %s", tj.Name)
+		return ""
+	}
+
+	tj := mpi("mpi", trainer.ClusterTrainingRuntimeKind, "mpi-distributed")
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	explainOnFailure(t, tj)
+	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+	log := launcherLog(t, tj)
+	for _, host := range []string{"mpi-node-0-0", "mpi-node-0-1"} {
+		assert.Equal(t, 2, strings.Count(log, host+"\n"), "%s runs hostname on each of its 2 slots:\n%s", host, log)
+	}
+
+	// The launcher as one of the nodes: a node job of one pod, and the launcher in the hostfile.
+	ctr := &trainer.ClusterTrainingRuntime{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: "mpi-distributed"}, ctr))
+	rt := &trainer.TrainingRuntime{}
+	rt.Name, rt.Namespace, rt.Labels, rt.Spec = "mpi-launcher-as-node", ns, ctr.Labels, *ctr.Spec.DeepCopy()
+	rt.Spec.MLPolicy.MPI.RunLauncherAsNode = ptr.To(true)
+	require.NoError(t, k8sClient.Create(context.Background(), rt))
+	tj = mpi("mpi-lan", trainer.TrainingRuntimeKind, rt.Name)
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	explainOnFailure(t, tj)
+	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+	log = launcherLog(t, tj)
+	for _, host := range []string{"mpi-lan-launcher-0-0", "mpi-lan-node-0-0"} {
+		assert.Equal(t, 2, strings.Count(log, host+"\n"), "%s runs hostname on each of its 2 slots:\n%s", host, log)
+	}
 }

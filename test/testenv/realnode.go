@@ -29,6 +29,9 @@ const (
 	// does with the operator's wiring; PauseImage the real node's pod sandbox.
 	ProbeImage = "localcluster.local/probe:v1"
 	PauseImage = "localcluster.local/pause:v1"
+	// MPIImage is Debian with OpenSSH and Open MPI, set up as mpi-operator's images are
+	// (hack/images/mpi-rootfs.sh): what the shipped mpi-distributed runtime expects.
+	MPIImage = "localcluster.local/mpi:v1"
 	// podSubnet is the real node's pods' addresses.
 	podSubnet = "10.244.0.0/24"
 )
@@ -135,7 +138,7 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := c.waitFor("containerd", func() bool { return ctr(socket, "version") == nil }); err != nil {
 		return err
 	}
-	for _, image := range []string{"pause.tar", "probe.tar"} {
+	for _, image := range []string{"pause.tar", "probe.tar", "mpi.tar"} {
 		if err := ctr(socket, "images", "import", filepath.Join(images, image)); err != nil {
 			return fmt.Errorf("loading %s into the real node's containerd: %w", image, err)
 		}

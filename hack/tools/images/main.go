@@ -83,8 +83,8 @@ func write(rootfs, tag, out, entrypoint string) error {
 	return os.Rename(tmp, out)
 }
 
-// tarFolder is the folder's tree as a layer: paths relative to it, modes and links kept, owned by
-// root, times zeroed so that the same folder gives the same image.
+// tarFolder is the folder's tree as a layer: paths relative to it, modes, owners and links kept,
+// times zeroed so that the same folder gives the same image.
 func tarFolder(root string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -111,7 +111,7 @@ func tarFolder(root string) ([]byte, error) {
 		if d.IsDir() {
 			hdr.Name += "/"
 		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "root", "root"
+		hdr.Uname, hdr.Gname = "", "" // Owners by number, as the image's own /etc/passwd has them.
 		hdr.ModTime, hdr.AccessTime, hdr.ChangeTime = time.Unix(0, 0), time.Time{}, time.Time{}
 		hdr.Format = tar.FormatPAX
 		if err := tw.WriteHeader(hdr); err != nil {

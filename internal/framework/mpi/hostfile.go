@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,17 @@ const (
 	OpenMPIHostfileEnv = "OMPI_MCA_orte_default_hostfile"
 	IntelHostfileEnv   = "I_MPI_HYDRA_HOST_FILE"
 	MPICHHostfileEnv   = "HYDRA_HOST_FILE"
+)
+
+// Defaults of OpenMPI's launcher, as upstream Trainer and mpi-operator set them; a runtime or
+// TrainJob may set them otherwise. OpenMPI cuts a host name to its first label unless told to
+// keep it, and the hostfile's names are the pods' `<pod>.<subdomain>`, whose first label
+// resolves nowhere. ssh tries each node again while its sshd or its name is not up yet.
+const (
+	OpenMPIKeepFQDNEnv     = "OMPI_MCA_orte_keep_fqdn_hostnames"
+	OpenMPIDefaultSlotsEnv = "OMPI_MCA_orte_set_default_slots"
+	OpenMPIRSHArgsEnv      = "OMPI_MCA_plm_rsh_args"
+	OpenMPIRSHArgs         = "-o ConnectionAttempts=10"
 )
 
 var hostfileEnvs = map[trainer.MPIImplementation]string{
@@ -80,4 +92,13 @@ func addHostfile(b *framework.Draft, text, env string) {
 	c := b.TrainerContainer()
 	c.VolumeMounts = upsert.ByKey(c.VolumeMounts, upsert.MountPath, corev1.VolumeMount{Name: HostfileVolume, MountPath: HostfileDir})
 	b.SetEnv(corev1.EnvVar{Name: env, Value: HostfilePath})
+}
+
+// addOpenMPIDefaults sets OpenMPI's launcher defaults that make the hostfile work.
+func addOpenMPIDefaults(b *framework.Draft, slots int32) {
+	b.SetDefaultEnv(
+		corev1.EnvVar{Name: OpenMPIKeepFQDNEnv, Value: "true"},
+		corev1.EnvVar{Name: OpenMPIDefaultSlotsEnv, Value: strconv.Itoa(int(slots))},
+		corev1.EnvVar{Name: OpenMPIRSHArgsEnv, Value: OpenMPIRSHArgs},
+	)
 }

@@ -104,6 +104,9 @@ func (mpi) Apply(b *framework.Draft) error {
 		return err
 	}
 	addHostfile(b, hostfile(b, impl, slots, nodePods, launcherAsNode), hostfileEnv)
+	if impl == trainer.MPIImplementationOpenMPI {
+		addOpenMPIDefaults(b, slots)
+	}
 	return nil
 }
 

@@ -1,9 +1,11 @@
 package mpi
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -71,9 +73,26 @@ func wantJobSet(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec, nodePods i
 		Container("launcher", "node", func(c *corev1.Container) {
 			c.VolumeMounts = append(c.VolumeMounts, sshMount, corev1.VolumeMount{Name: "mpi-hostfile", MountPath: "/etc/mpi"})
 			c.Env = append(c.Env, corev1.EnvVar{Name: hostfileEnv, Value: "/etc/mpi/hostfile"})
+			if hostfileEnv == "OMPI_MCA_orte_default_hostfile" {
+				c.Env = append(c.Env,
+					corev1.EnvVar{Name: "OMPI_MCA_orte_keep_fqdn_hostnames", Value: "true"},
+					corev1.EnvVar{Name: "OMPI_MCA_orte_set_default_slots", Value: slotsOf(tj, rt)},
+					corev1.EnvVar{Name: "OMPI_MCA_plm_rsh_args", Value: "-o ConnectionAttempts=10"})
+			}
 		}).
 		PodSpec("node", func(s *corev1.PodSpec) { s.Volumes = append(s.Volumes, sshVolume) }).
 		Container("node", "node", func(c *corev1.Container) { c.VolumeMounts = append(c.VolumeMounts, sshMount) })
+}
+
+// slotsOf is the slots per node: the TrainJob's numProcPerNode, else the runtime's, else 1.
+func slotsOf(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) string {
+	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumProcPerNode != nil {
+		return tj.Spec.Trainer.NumProcPerNode.String()
+	}
+	if n := rt.MLPolicy.MPI.NumProcPerNode; n != nil {
+		return strconv.Itoa(int(*n))
+	}
+	return "1"
 }
 
 // wantHostfile is the hostfile ConfigMap of the TrainJob "mnist" as the API server would store it.
@@ -358,4 +377,29 @@ func TestSelects(t *testing.T) {
 			require.Equal(t, tc.want, New().Selects(tc.policy))
 		})
 	}
+}
+
+// TestOpenMPIDefaultsYieldToWhatTheTrainJobSets: OpenMPI's launcher gets the settings that make
+// the hostfile's pod names work (keep them whole, retry ssh), unless the runtime or TrainJob set
+// them otherwise; Intel's and MPICH's launchers get none of OpenMPI's.
+func TestOpenMPIDefaultsYieldToWhatTheTrainJobSets(t *testing.T) {
+	launcherEnv := func(t *testing.T, tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) map[string]string {
+		children, err := buildMPI(tj, rt)
+		require.NoError(t, err)
+		env := map[string]string{}
+		for _, e := range children.JobSet.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Env {
+			env[*e.Name] = ptr.Deref(e.Value, "")
+		}
+		return env
+	}
+	tj := trainJob().Obj()
+	tj.Spec.Trainer = &trainer.Trainer{Env: []corev1.EnvVar{{Name: "OMPI_MCA_plm_rsh_args", Value: "-o ConnectionAttempts=30"}}}
+	env := launcherEnv(t, tj, mpiRuntime(2, openMPI(3)).Obj())
+	assert.Equal(t, "-o ConnectionAttempts=30", env["OMPI_MCA_plm_rsh_args"])
+	assert.Equal(t, "true", env["OMPI_MCA_orte_keep_fqdn_hostnames"])
+	assert.Equal(t, "3", env["OMPI_MCA_orte_set_default_slots"])
+
+	env = launcherEnv(t, trainJob().Obj(), mpiRuntime(2, &trainer.MPIMLPolicySource{MPIImplementation: ptr.To(trainer.MPIImplementationIntel)}).Obj())
+	assert.NotContains(t, env, "OMPI_MCA_orte_keep_fqdn_hostnames")
+	assert.Equal(t, "/etc/mpi/hostfile", env["I_MPI_HYDRA_HOST_FILE"])
 }
