@@ -207,3 +207,41 @@ func TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile(t *testing.T) {
 		assert.Equal(t, 2, strings.Count(log, host+"\n"), "%s runs hostname on each of its 2 slots:\n%s", host, log)
 	}
 }
+
+// TestGangOnTheRealNodeStartsAllOrNone runs coscheduling gangs on the real node: three pods of
+// two fifths of its CPUs each cannot all fit, and none starts (without a gang, two would); three
+// small ones start together and run to Complete.
+func TestGangOnTheRealNodeStartsAllOrNone(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	node := &corev1.Node{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Name: testenv.RealNodeName}, node))
+	gangJob := nodeJob(fmt.Sprintf("%dm", node.Status.Allocatable.Cpu().MilliValue()*2/5))
+	pod := &gangJob.Template.Spec.Template.Spec
+	pod.SchedulerName = testenv.CoschedulingScheduler
+	testenv.RealNodePod(pod)
+	pod.Containers[0].Image, pod.Containers[0].Command = testenv.ProbeImage, []string{"sleep", "2"}
+	createRuntime(t, ns, "gang", utiltesting.MakeRuntimeSpec().ReplicatedJobs(gangJob).
+		PodGroupPolicy(trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}).Obj())
+
+	tj := createTrainJob(t, ns, "too-big", "gang", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(3) })
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, pods(c, tj), 3) }, timeout, interval)
+	time.Sleep(5 * time.Second) // The scheduler has tried them all by now.
+	assert.Zero(t, bound(pods(t, tj)), "a pod of a gang that cannot fit the real node was bound")
+	require.NoError(t, k8sClient.Delete(ctx, tj, client.PropagationPolicy("Foreground")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, pods(c, tj)) }, timeout, interval)
+
+	tj = createTrainJob(t, ns, "fits", "gang", func(w *utiltesting.TrainJobWrapper) {
+		w.Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		}}).NumNodes(3)
+	})
+	explainOnFailure(t, tj)
+	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+	ps := pods(t, tj)
+	require.Len(t, ps, 3)
+	for _, p := range ps {
+		assert.Equal(t, testenv.RealNodeName, p.Spec.NodeName, "pod %s", p.Name)
+		assert.Equal(t, corev1.PodSucceeded, p.Status.Phase, "pod %s", p.Name)
+	}
+}
