@@ -127,8 +127,9 @@ Try, in another terminal:
   %s apply --server-side -f config/samples/trainer_v1alpha1_trainjob_torch.yaml
   %s get trainjobs,jobsets,jobs,pods,podgroups -w
   %s explain trainjob.spec.trainer
-
-`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl)
+%s
+`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl,
+		realNode(cluster, kubectl))
 
 	select {
 	case err := <-done:
@@ -197,4 +198,15 @@ func installed(dirs []string) string {
 		return ""
 	}
 	return " Installed: " + strings.Join(dirs, ", ") + "."
+}
+
+// realNode tells how to try the real node, when the cluster has one.
+func realNode(cluster *testenv.Cluster, kubectl string) string {
+	if cluster.RealNodeJoined == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`The real node %q joined in %.1f s; its pods run real processes. Try:
+  %s apply -f hack/localcluster/realnode-torch.yaml
+  %s logs -l jobset.sigs.k8s.io/jobset-name=torch-probe
+`, testenv.RealNodeName, cluster.RealNodeJoined.Seconds(), kubectl, kubectl)
 }

@@ -47,6 +47,9 @@ type Cluster struct {
 	// Dir holds the state of the programs the cluster runs beside the API server (kubeconfigs,
 	// configuration files, logs in Dir/logs); it is removed by Stop.
 	Dir string
+	// RealNodeJoined is how long the real node took from containerd's start to Ready, when the
+	// cluster has one.
+	RealNodeJoined time.Duration
 
 	settings *settings
 	procs    []*process

@@ -10,7 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -121,6 +124,7 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 			return err
 		}
 	}
+	started := time.Now()
 	socket := filepath.Join(dir, "containerd.sock")
 	files := map[string]string{
 		"containerd.toml":              containerdConfig(dir, socket),
@@ -135,6 +139,8 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := c.run("/usr/bin/containerd", nil, "--config="+filepath.Join(dir, "containerd.toml")); err != nil {
 		return err
 	}
+	// Once every program has stopped: the containers outlive containerd in their shims.
+	c.cleanup = append(c.cleanup, func() { removeContainers(socket, dir) })
 	if err := c.waitFor("containerd", func() bool { return ctr(socket, "version") == nil }); err != nil {
 		return err
 	}
@@ -156,7 +162,11 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 		"--node-labels="+NodeLabel+"="+RealNodeLabel, "-v=1"); err != nil {
 		return err
 	}
-	return c.waitForNode(ctx, RealNodeName)
+	if err := c.waitForNode(ctx, RealNodeName); err != nil {
+		return err
+	}
+	c.RealNodeJoined = time.Since(started)
+	return nil
 }
 
 // startDNS starts CoreDNS on the node's address, port 53: the real node's pods' name server
@@ -195,6 +205,45 @@ func (c *Cluster) startDNS(ip string) error {
 	})
 }
 
+// removeContainers ends what the real node's containerd started and left behind once it
+// stopped: its shims and every process under them (each container's), and the mounts under dir
+// (the containers' root file systems, their volumes and network namespaces), deepest first.
+func removeContainers(socket, dir string) {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return
+	}
+	children := map[int][]int{}
+	var shims []int
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil {
+			children[st.PPID] = append(children[st.PPID], p.PID)
+		}
+		if args, err := p.CmdLine(); err == nil && slices.Contains(args, socket) && strings.Contains(args[0], "containerd-shim") {
+			shims = append(shims, p.PID)
+		}
+	}
+	for len(shims) > 0 {
+		pid := shims[0]
+		shims = append(shims[1:], children[pid]...)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	mounts, err := procfs.GetMounts()
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.MountPoint, dir+"/") {
+			points = append(points, m.MountPoint)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, point := range points {
+		_ = syscall.Unmount(point, syscall.MNT_DETACH)
+	}
+}
+
 // ctr runs containerd's client against the real node's containerd, in the namespace of its
 // Kubernetes containers.
 func ctr(socket string, args ...string) error {
@@ -231,6 +280,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "` + PauseImage + `"
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "` + filepath.Join(dir, "cni") + `"
