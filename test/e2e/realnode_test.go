@@ -27,10 +27,14 @@ import (
 var realPolling = utiltesting.Polling{Timeout: 90 * time.Second, Interval: 500 * time.Millisecond}
 
 // onTheRealNode makes a TrainJob of a shipped runtime run the probe on the real node: the probe's
-// image and command for the framework, resources that fit the machine, and the real node's
-// selector and toleration for the node job's pods.
+// image and command for the framework, numNodes (unless 0: the runtime's), resources that fit
+// the machine, and the real node's selector and toleration for the node job's pods.
 func onTheRealNode(w *utiltesting.TrainJobWrapper, framework string, numNodes int32) *trainer.TrainJob {
-	tj := w.NumNodes(numNodes).PodSpecOverrides(trainer.PodSpecOverride{
+	w.Trainer(&trainer.Trainer{})
+	if numNodes > 0 {
+		w.NumNodes(numNodes)
+	}
+	tj := w.PodSpecOverrides(trainer.PodSpecOverride{
 		TargetJobs: []string{"node"},
 		PodSpecPatch: trainer.PodSpecPatch{
 			NodeSelector: map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
@@ -112,6 +116,30 @@ func TestRealProcessesMeetThroughTheWiring(t *testing.T) {
 				assert.Equal(t, testenv.RealNodeName, p.Spec.NodeName, "pod %s", p.Name)
 			}
 		})
+	}
+}
+
+// TestElasticTorchMeetsAtTheC10dEndpoint runs torch's elastic shape on the real node: the
+// runtime's elasticPolicy sizes the job, and the ranks meet at PET_RDZV_ENDPOINT, where
+// torchrun's c10d store would be.
+func TestElasticTorchMeetsAtTheC10dEndpoint(t *testing.T) {
+	ns := newNamespace(t)
+	ctr := &trainer.ClusterTrainingRuntime{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: "torch-distributed"}, ctr))
+	rt := &trainer.TrainingRuntime{}
+	rt.Name, rt.Namespace, rt.Labels, rt.Spec = "torch-elastic", ns, ctr.Labels, *ctr.Spec.DeepCopy()
+	rt.Spec.MLPolicy.NumNodes = nil
+	rt.Spec.MLPolicy.Torch.ElasticPolicy = &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)}
+	require.NoError(t, k8sClient.Create(context.Background(), rt))
+
+	tj := onTheRealNode(utiltesting.MakeTrainJob("elastic", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 0)
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	explainOnFailure(t, tj)
+	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+	logs := logsOf(t, tj)
+	require.Len(t, logs, 2)
+	for name, log := range logs {
+		assert.Regexp(t, `rank [01] of 2 met at elastic-node-0-0\.elastic:29400: met`, log, "pod %s", name)
 	}
 }
 
