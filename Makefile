@@ -65,6 +65,10 @@ test-integration: manifests generate fmt vet envtest-assets kube-controller-mana
 test-e2e: localcluster-assets realnode-assets ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
+.PHONY: test-torchrun
+test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torchrun (Debian's python3-torch) on the real node: a 2-node gloo all-reduce under the operator's PET_* wiring. Not in make test: its image is 1.2 GB.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -tags torchrun ./test/e2e/ -count=1 -timeout 30m -v -run 'TestRealTorchrun'
+
 .PHONY: test-reliability
 test-reliability: envtest-assets ## Run the reliability tests at full size: 1,000 TrainJobs through 20 kills of the manager (CI runs them smaller, in test-integration).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/reliability/ -count=1 -timeout 60m -v -chaos-trainjobs=1000 -chaos-kills=20 $(RELIABILITY_ARGS)

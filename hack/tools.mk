@@ -187,3 +187,14 @@ $(IMAGES_DIR)/mpi.tar: $(IMAGES_TOOL) hack/images/mpi-rootfs.sh | $(LOCALBIN)
 	hack/images/mpi-rootfs.sh $(IMAGES_DIR)/mpi-rootfs
 	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/mpi-rootfs -tag localcluster.local/mpi:v1 -o $@
 	rm -rf $(IMAGES_DIR)/mpi-rootfs
+
+## The PyTorch image of `make test-torchrun`: Debian's python3-torch (1.13, CPU) and a gloo
+## all-reduce (hack/images/torch-rootfs.sh). About 1.2 GB and 4 minutes of debootstrap: not
+## part of `images`, nor of CI.
+.PHONY: images-torch
+images-torch: $(IMAGES_DIR)/torch.tar ## Write the real node's PyTorch image (large) into bin/images.
+$(IMAGES_DIR)/torch.tar: $(IMAGES_TOOL) hack/images/torch-rootfs.sh | $(LOCALBIN)
+	mkdir -p $(IMAGES_DIR)
+	hack/images/torch-rootfs.sh $(IMAGES_DIR)/torch-rootfs
+	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/torch-rootfs -tag localcluster.local/torch:v1 -o $@
+	rm -rf $(IMAGES_DIR)/torch-rootfs

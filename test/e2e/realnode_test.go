@@ -65,6 +65,19 @@ func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
 	return logs
 }
 
+// shippedRuntimeCopy creates a TrainingRuntime in ns that is the shipped ClusterTrainingRuntime
+// from, labels and spec, changed by change.
+func shippedRuntimeCopy(t *testing.T, ns, name, from string, change func(*trainer.TrainingRuntimeSpec)) *trainer.TrainingRuntime {
+	t.Helper()
+	ctr := &trainer.ClusterTrainingRuntime{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: from}, ctr))
+	rt := &trainer.TrainingRuntime{}
+	rt.Name, rt.Namespace, rt.Labels, rt.Spec = name, ns, ctr.Labels, *ctr.Spec.DeepCopy()
+	change(&rt.Spec)
+	require.NoError(t, k8sClient.Create(context.Background(), rt))
+	return rt
+}
+
 // explainOnFailure logs, when the test has failed, the state and logs of each pod of the
 // TrainJob: what a real process said is what tells why it did not get on.
 func explainOnFailure(t *testing.T, tj *trainer.TrainJob) {
@@ -124,13 +137,10 @@ func TestRealProcessesMeetThroughTheWiring(t *testing.T) {
 // torchrun's c10d store would be.
 func TestElasticTorchMeetsAtTheC10dEndpoint(t *testing.T) {
 	ns := newNamespace(t)
-	ctr := &trainer.ClusterTrainingRuntime{}
-	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: "torch-distributed"}, ctr))
-	rt := &trainer.TrainingRuntime{}
-	rt.Name, rt.Namespace, rt.Labels, rt.Spec = "torch-elastic", ns, ctr.Labels, *ctr.Spec.DeepCopy()
-	rt.Spec.MLPolicy.NumNodes = nil
-	rt.Spec.MLPolicy.Torch.ElasticPolicy = &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)}
-	require.NoError(t, k8sClient.Create(context.Background(), rt))
+	rt := shippedRuntimeCopy(t, ns, "torch-elastic", "torch-distributed", func(spec *trainer.TrainingRuntimeSpec) {
+		spec.MLPolicy.NumNodes = nil
+		spec.MLPolicy.Torch.ElasticPolicy = &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)}
+	})
 
 	tj := onTheRealNode(utiltesting.MakeTrainJob("elastic", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 0)
 	require.NoError(t, k8sClient.Create(context.Background(), tj))
@@ -148,16 +158,11 @@ func TestElasticTorchMeetsAtTheC10dEndpoint(t *testing.T) {
 // forms, the others find nobody listening; the pods fail and so does the TrainJob.
 func TestBrokenWiringFailsTheTrainJob(t *testing.T) {
 	ns := newNamespace(t)
-	rt := &trainer.TrainingRuntime{}
-	rt.Name, rt.Namespace = "broken-torch", ns
-	ctr := &trainer.ClusterTrainingRuntime{}
-	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: "torch-distributed"}, ctr))
-	rt.Labels = ctr.Labels
-	rt.Spec = *ctr.Spec.DeepCopy()
-	job := &rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec
-	job.BackoffLimit = ptr.To[int32](0)
-	job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
-	require.NoError(t, k8sClient.Create(context.Background(), rt))
+	rt := shippedRuntimeCopy(t, ns, "broken-torch", "torch-distributed", func(spec *trainer.TrainingRuntimeSpec) {
+		job := &spec.Template.Spec.ReplicatedJobs[0].Template.Spec
+		job.BackoffLimit = ptr.To[int32](0)
+		job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	})
 
 	tj := onTheRealNode(utiltesting.MakeTrainJob("broken", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 2)
 	tj.Spec.Trainer.Command = []string{"sh", "-c", `[ "$PET_NODE_RANK" = 0 ] || export PET_MASTER_PORT=$((PET_MASTER_PORT + 1)); exec /probe torch`}
@@ -220,12 +225,9 @@ func TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile(t *testing.T) {
 	}
 
 	// The launcher as one of the nodes: a node job of one pod, and the launcher in the hostfile.
-	ctr := &trainer.ClusterTrainingRuntime{}
-	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Name: "mpi-distributed"}, ctr))
-	rt := &trainer.TrainingRuntime{}
-	rt.Name, rt.Namespace, rt.Labels, rt.Spec = "mpi-launcher-as-node", ns, ctr.Labels, *ctr.Spec.DeepCopy()
-	rt.Spec.MLPolicy.MPI.RunLauncherAsNode = ptr.To(true)
-	require.NoError(t, k8sClient.Create(context.Background(), rt))
+	rt := shippedRuntimeCopy(t, ns, "mpi-launcher-as-node", "mpi-distributed", func(spec *trainer.TrainingRuntimeSpec) {
+		spec.MLPolicy.MPI.RunLauncherAsNode = ptr.To(true)
+	})
 	tj = mpi("mpi-lan", trainer.TrainingRuntimeKind, rt.Name)
 	require.NoError(t, k8sClient.Create(context.Background(), tj))
 	explainOnFailure(t, tj)

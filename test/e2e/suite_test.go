@@ -34,6 +34,9 @@ import (
 var (
 	k8sClient client.Client
 	cluster   *testenv.Cluster
+	// realNodeImages are the real node's images beyond its own (see testenv.LocalOptions): the
+	// torchrun build tag adds PyTorch's.
+	realNodeImages []string
 )
 
 // podRunTime is how long a pod runs before it succeeds, unless a test says otherwise: long
@@ -56,6 +59,7 @@ func run(m *testing.M) int {
 	opts := testenv.DefaultLocalOptions()
 	opts.PodRunTime = podRunTime
 	opts.RealNode = true
+	opts.RealNodeImages = realNodeImages
 	if cluster, err = testenv.Start(testenv.WithWebhooks, testenv.WithLocalCluster(opts)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

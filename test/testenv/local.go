@@ -46,6 +46,9 @@ type LocalOptions struct {
 	// real processes (see RealNodeName). It needs root and Debian's containerd, runc and CNI
 	// plugins (hack/realnode-deps.sh), and the images of `make images`.
 	RealNode bool
+	// RealNodeImages are more image archives of bin/images for the real node to load, beside
+	// the probe, pause and MPI images: "torch.tar" (make images-torch).
+	RealNodeImages []string
 }
 
 // DefaultLocalOptions fit every shipped runtime and sample: 4 nodes of 16 CPUs, 64Gi of memory
@@ -159,7 +162,7 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 	}
 
 	if o.RealNode {
-		if err := c.startRealNode(context.Background()); err != nil {
+		if err := c.startRealNode(context.Background(), o.RealNodeImages); err != nil {
 			return fmt.Errorf("starting the real node: %w", err)
 		}
 	}

@@ -35,6 +35,9 @@ const (
 	// MPIImage is Debian with OpenSSH and Open MPI, set up as mpi-operator's images are
 	// (hack/images/mpi-rootfs.sh): what the shipped mpi-distributed runtime expects.
 	MPIImage = "localcluster.local/mpi:v1"
+	// TorchImage is Debian with python3-torch and /allreduce.py (hack/images/torch-rootfs.sh),
+	// written by `make images-torch`.
+	TorchImage = "localcluster.local/torch:v1"
 	// podSubnet is the real node's pods' addresses.
 	podSubnet = "10.244.0.0/24"
 )
@@ -103,7 +106,7 @@ func nodeIP() (string, error) {
 // startRealNode starts containerd with its own root, state and socket in the cluster's folder,
 // loads the images into it, and starts a kubelet that registers the real node, then waits until
 // the node is Ready.
-func (c *Cluster) startRealNode(ctx context.Context) error {
+func (c *Cluster) startRealNode(ctx context.Context, extraImages []string) error {
 	if missing := missingRealNodeParts(); len(missing) > 0 {
 		return fmt.Errorf("a real node needs Debian's packages %s: run hack/realnode-deps.sh", strings.Join(missing, ", "))
 	}
@@ -144,7 +147,7 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := c.waitFor("containerd", func() bool { return ctr(socket, "version") == nil }); err != nil {
 		return err
 	}
-	for _, image := range []string{"pause.tar", "probe.tar", "mpi.tar"} {
+	for _, image := range append([]string{"pause.tar", "probe.tar", "mpi.tar"}, extraImages...) {
 		if err := ctr(socket, "images", "import", filepath.Join(images, image)); err != nil {
 			return fmt.Errorf("loading %s into the real node's containerd: %w", image, err)
 		}

@@ -9,7 +9,7 @@ package main
 
 import (
 	"archive/tar"
-	"bytes"
+	"bufio"
 	"flag"
 	"fmt"
 	"io"
@@ -46,13 +46,16 @@ func write(rootfs, tag, out, entrypoint string) error {
 	if err != nil {
 		return err
 	}
-	layerTar, err := tarFolder(rootfs)
-	if err != nil {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	})
+	// The layer goes through a file: a root file system may be larger than memory should hold.
+	layerTar := out + ".layer.tar"
+	defer os.Remove(layerTar)
+	if err := tarFolder(rootfs, layerTar); err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromFile(layerTar)
 	if err != nil {
 		return err
 	}
@@ -73,9 +76,6 @@ func write(rootfs, tag, out, entrypoint string) error {
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
 	tmp := out + ".tmp"
 	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
 		return err
@@ -85,10 +85,15 @@ func write(rootfs, tag, out, entrypoint string) error {
 
 // tarFolder is the folder's tree as a layer: paths relative to it, modes, owners and links kept,
 // times zeroed so that the same folder gives the same image.
-func tarFolder(root string) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+func tarFolder(root, out string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	tw := tar.NewWriter(w)
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == root {
 			return err
 		}
@@ -131,10 +136,13 @@ func tarFolder(root string) ([]byte, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := tw.Close(); err != nil {
-		return nil, err
+		return err
 	}
-	return buf.Bytes(), nil
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
 }

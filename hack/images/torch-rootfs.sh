@@ -1,0 +1,29 @@
+#!/bin/sh
+# Writes into $1 the root file system of the real node's PyTorch image: Debian bookworm (minbase)
+# with Debian's python3-torch (1.13, CPU) and /allreduce.py, a two-line gloo all-reduce that
+# torchrun (python3 -m torch.distributed.run) runs under the operator's PET_* wiring. Large
+# (see docs/development.md): built by `make images-torch` only, not by CI. Needs root and
+# debootstrap (hack/realnode-deps.sh).
+set -eu
+dir=$1
+mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+rm -rf "$dir"
+debootstrap --variant=minbase --include=python3-torch \
+	bookworm "$dir" "${mirror:-http://deb.debian.org/debian}" >"$dir.log" 2>&1 ||
+	{ tail -20 "$dir.log" >&2; exit 1; }
+cat >"$dir/allreduce.py" <<'PY'
+# Every rank adds rank+1; each must then hold 1+2+...+world_size, or the group did not work.
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+want = world * (world + 1) / 2
+print(f"rank {rank} of {world}: all-reduce gave {total.item():g}, want {want:g}", flush=True)
+assert total.item() == want
+dist.destroy_process_group()
+PY
+rm -rf "$dir"/usr/share/doc/* "$dir"/usr/share/man/* "$dir"/usr/share/info/* "$dir"/usr/share/locale/* \
+	"$dir"/var/cache/apt/* "$dir"/var/lib/apt/lists/* "$dir"/var/log/* "$dir"/dev/* "$dir.log"
