@@ -65,6 +65,16 @@ func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
 	return logs
 }
 
+// runOnTheRealNode creates the TrainJob, waits until its condition is True, and returns it with
+// its pods' logs.
+func runOnTheRealNode(t *testing.T, tj *trainer.TrainJob, condType string) (*trainer.TrainJob, map[string]string) {
+	t.Helper()
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	explainOnFailure(t, tj)
+	got := utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(condType))
+	return got, logsOf(t, tj)
+}
+
 // shippedRuntimeCopy creates a TrainingRuntime in ns that is the shipped ClusterTrainingRuntime
 // from, labels and spec, changed by change.
 func shippedRuntimeCopy(t *testing.T, ns, name, from string, change func(*trainer.TrainingRuntimeSpec)) *trainer.TrainingRuntime {
@@ -115,12 +125,8 @@ func TestRealProcessesMeetThroughTheWiring(t *testing.T) {
 			ns := newNamespace(t)
 			tj := onTheRealNode(utiltesting.MakeTrainJob("real-"+c.framework, ns).
 				RuntimeRef(trainer.ClusterTrainingRuntimeKind, c.runtime), c.framework, 2)
-			require.NoError(t, k8sClient.Create(context.Background(), tj))
-			explainOnFailure(t, tj)
-			utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+			_, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
 			waitForComplete(t, tj)
-
-			logs := logsOf(t, tj)
 			require.Len(t, logs, 2)
 			for name, log := range logs {
 				assert.Regexp(t, `rank [01] of 2 met at real-`+c.framework+`-node-0-0\.real-`+c.framework+`:\d+: met`, log, "pod %s", name)
@@ -143,10 +149,7 @@ func TestElasticTorchMeetsAtTheC10dEndpoint(t *testing.T) {
 	})
 
 	tj := onTheRealNode(utiltesting.MakeTrainJob("elastic", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 0)
-	require.NoError(t, k8sClient.Create(context.Background(), tj))
-	explainOnFailure(t, tj)
-	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
-	logs := logsOf(t, tj)
+	_, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
 	require.Len(t, logs, 2)
 	for name, log := range logs {
 		assert.Regexp(t, `rank [01] of 2 met at elastic-node-0-0\.elastic:29400: met`, log, "pod %s", name)
@@ -167,12 +170,11 @@ func TestBrokenWiringFailsTheTrainJob(t *testing.T) {
 	tj := onTheRealNode(utiltesting.MakeTrainJob("broken", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 2)
 	tj.Spec.Trainer.Command = []string{"sh", "-c", `[ "$PET_NODE_RANK" = 0 ] || export PET_MASTER_PORT=$((PET_MASTER_PORT + 1)); exec /probe torch`}
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "PROBE_TIMEOUT", Value: "15s"}}
-	require.NoError(t, k8sClient.Create(context.Background(), tj))
-	got := utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobFailed))
+	got, podLogs := runOnTheRealNode(t, tj, trainer.TrainJobFailed)
 	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete))
 
 	var logs []string
-	for _, log := range logsOf(t, tj) {
+	for _, log := range podLogs {
 		logs = append(logs, log)
 	}
 	// Rank 1 found nobody at the port it was sent to, rank 0 waited for it in vain; whichever
@@ -205,8 +207,8 @@ func TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile(t *testing.T) {
 		}}
 		return tj
 	}
-	launcherLog := func(t *testing.T, tj *trainer.TrainJob) string {
-		for name, log := range logsOf(t, tj) {
+	launcherLog := func(t *testing.T, tj *trainer.TrainJob, logs map[string]string) string {
+		for name, log := range logs {
 			if strings.HasPrefix(name, tj.Name+"-launcher-") {
 				return log
 			}
@@ -216,10 +218,8 @@ func TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile(t *testing.T) {
 	}
 
 	tj := mpi("mpi", trainer.ClusterTrainingRuntimeKind, "mpi-distributed")
-	require.NoError(t, k8sClient.Create(context.Background(), tj))
-	explainOnFailure(t, tj)
-	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
-	log := launcherLog(t, tj)
+	_, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
+	log := launcherLog(t, tj, logs)
 	for _, host := range []string{"mpi-node-0-0", "mpi-node-0-1"} {
 		assert.Equal(t, 2, strings.Count(log, host+"\n"), "%s runs hostname on each of its 2 slots:\n%s", host, log)
 	}
@@ -229,10 +229,8 @@ func TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile(t *testing.T) {
 		spec.MLPolicy.MPI.RunLauncherAsNode = ptr.To(true)
 	})
 	tj = mpi("mpi-lan", trainer.TrainingRuntimeKind, rt.Name)
-	require.NoError(t, k8sClient.Create(context.Background(), tj))
-	explainOnFailure(t, tj)
-	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
-	log = launcherLog(t, tj)
+	_, logs = runOnTheRealNode(t, tj, trainer.TrainJobComplete)
+	log = launcherLog(t, tj, logs)
 	for _, host := range []string{"mpi-lan-launcher-0-0", "mpi-lan-node-0-0"} {
 		assert.Equal(t, 2, strings.Count(log, host+"\n"), "%s runs hostname on each of its 2 slots:\n%s", host, log)
 	}

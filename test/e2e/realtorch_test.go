@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
@@ -36,10 +34,7 @@ func TestRealTorchrunAllReducesUnderTheOperatorsWiring(t *testing.T) {
 	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi"),
 	}}
-	require.NoError(t, k8sClient.Create(context.Background(), tj))
-	explainOnFailure(t, tj)
-	utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
-	logs := logsOf(t, tj)
+	_, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
 	require.Len(t, logs, 2)
 	for name, log := range logs {
 		assert.Regexp(t, `rank \d+ of 2: all-reduce gave 3, want 3`, log, "pod %s", name)
