@@ -102,6 +102,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			return false
 		}
 	}
+	recorders, err := newEventRecorders(mgr)
+	if err != nil {
+		return err
+	}
 	for _, pg := range podGroups {
 		gvk, _ := apiutil.GVKForObject(pg, mgr.GetScheme())
 		mgr.GetLogger().Info("PodGroup CRD found: gang scheduling with it is on", "kind", gvk.String())
@@ -109,7 +113,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		if err != nil {
 			return err
 		}
-		if err := watchGangs(informer, mgr.GetEventRecorder("trainer.kubeflow.org/"+gangController), leading); err != nil {
+		if err := watchGangs(informer, recorders.For("trainer.kubeflow.org/"+gangController), leading); err != nil {
 			return err
 		}
 	}
@@ -140,7 +144,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			apiReader:          mgr.GetAPIReader(),
 			jobSets:            jobSets.RESTClient(),
 			trainJobs:          trainJobs,
-			recorder:           mgr.GetEventRecorder(fieldManager(fw)),
+			recorder:           recorders.For(fieldManager(fw)),
 			framework:          fw,
 			frameworks:         frameworks,
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
