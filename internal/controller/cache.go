@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"unique"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -27,6 +30,7 @@ func podGroupKinds() []client.Object {
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
 // little with each TrainJob: no object's managed fields; of a JobSet, its metadata, spec.suspend
 // and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an annotation;
+// of a PodGroup, not its minimum resources; strings that many objects repeat, held once;
 // of PodGroups and Jobs, kinds that may exist in large numbers in a cluster, only those the
 // operator created, by their trainer.kubeflow.org/trainjob-name label, and of Jobs only a few
 // counts. ConfigMaps (MPI hostfiles) are only written, never read, so they are not cached at all.
@@ -55,9 +59,9 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 		&batchv1.Job{}:           {Label: ours, Transform: keepJobCounts},
 	}
 	for _, pg := range podGroups {
-		byObject[pg] = cache.ByObject{Label: ours}
+		byObject[pg] = cache.ByObject{Label: ours, Transform: keepPodGroupSummary}
 	}
-	return cache.Options{ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()}, nil
+	return cache.Options{ByObject: byObject, DefaultTransform: shareMetadata}, nil
 }
 
 // keepJobSetSummary keeps of a JobSet what the controllers read: its metadata but managed fields,
@@ -65,10 +69,27 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 // training's size is in an annotation (framework.TrainingPodsAnnotation).
 func keepJobSetSummary(obj any) (any, error) {
 	if js, ok := obj.(*jobsetv1alpha2.JobSet); ok {
-		js.ManagedFields = nil
 		js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
+		shareConditions(js.Status.Conditions)
+		for i := range js.Status.ReplicatedJobsStatus {
+			js.Status.ReplicatedJobsStatus[i].Name = intern(js.Status.ReplicatedJobsStatus[i].Name)
+		}
+		js.Status.TerminalState = intern(js.Status.TerminalState)
 	}
-	return obj, nil
+	return shareMetadata(obj)
+}
+
+// keepPodGroupSummary keeps of a PodGroup what the controllers read: its metadata but managed
+// fields (the spec hash it was built from), its minimum of members and its status; not the
+// resources it tells the scheduler the gang needs, a map of quantities, only ever written.
+func keepPodGroupSummary(obj any) (any, error) {
+	switch pg := obj.(type) {
+	case *schedulerpluginsv1alpha1.PodGroup:
+		pg.Spec.MinResources = nil
+	case *volcanov1beta1.PodGroup:
+		pg.Spec.MinResources = nil
+	}
+	return shareMetadata(obj)
 }
 
 // dropLastApplied drops a TrainJob's managed fields and the copy of it that `kubectl apply`
@@ -76,10 +97,72 @@ func keepJobSetSummary(obj any) (any, error) {
 // takes nothing but the status from such a write.
 func dropLastApplied(obj any) (any, error) {
 	if tj, ok := obj.(*trainer.TrainJob); ok {
-		tj.ManagedFields = nil
 		delete(tj.Annotations, corev1.LastAppliedConfigAnnotation)
+		ref := &tj.Spec.RuntimeRef
+		ref.Name, ref.APIGroup, ref.Kind = intern(ref.Name), internPtr(ref.APIGroup), internPtr(ref.Kind)
+		tj.Spec.ManagedBy = internPtr(tj.Spec.ManagedBy)
+		shareConditions(tj.Status.Conditions)
+		for i := range tj.Status.JobsStatus {
+			tj.Status.JobsStatus[i].Name = intern(tj.Status.JobsStatus[i].Name)
+		}
 	}
-	return obj, nil
+	return shareMetadata(obj)
+}
+
+// shareMetadata drops an object's managed fields and makes it share, with every other cached
+// object, the strings that many of them hold: its namespace, its label and annotation keys, its
+// owners' kinds. The default transform of the cache.
+func shareMetadata(in any) (any, error) {
+	obj, ok := in.(metav1.Object)
+	if !ok {
+		return in, nil
+	}
+	if obj.GetManagedFields() != nil {
+		obj.SetManagedFields(nil)
+	}
+	obj.SetNamespace(intern(obj.GetNamespace()))
+	obj.SetLabels(shareKeys(obj.GetLabels()))
+	obj.SetAnnotations(shareKeys(obj.GetAnnotations()))
+	refs := obj.GetOwnerReferences()
+	for i := range refs {
+		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
+	}
+	return in, nil
+}
+
+// shareConditions makes conditions share their types, statuses and reasons; their messages name
+// objects, and are kept as they are.
+func shareConditions(conditions []metav1.Condition) {
+	for i := range conditions {
+		c := &conditions[i]
+		c.Type, c.Status, c.Reason = intern(c.Type), metav1.ConditionStatus(intern(string(c.Status))), intern(c.Reason)
+	}
+}
+
+// shareKeys returns a map whose keys are shared with every other cached object's.
+func shareKeys(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	shared := make(map[string]string, len(m))
+	for k, v := range m {
+		shared[intern(k)] = v
+	}
+	return shared
+}
+
+// intern returns the copy of a string that the cached objects share. A decoded object holds its
+// own copy of each string; 10,000 TrainJobs would hold 10,000 copies of their namespace. Only
+// strings that few values take are interned, not names, UIDs or messages.
+func intern(s string) string {
+	return unique.Make(s).Value()
+}
+
+func internPtr(s *string) *string {
+	if s != nil {
+		*s = intern(*s)
+	}
+	return s
 }
 
 // installedPodGroupKinds returns the PodGroup kinds whose CRDs the cluster serves. Without them

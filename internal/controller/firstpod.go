@@ -111,7 +111,7 @@ func keepJobCounts(obj any) (any, error) {
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              job.Name,
-			Namespace:         job.Namespace,
+			Namespace:         intern(job.Namespace),
 			UID:               job.UID,
 			ResourceVersion:   job.ResourceVersion,
 			CreationTimestamp: job.CreationTimestamp,

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	toolscache "k8s.io/client-go/tools/cache"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+// testdataObjects returns a function that decodes a file of testdata anew at each call, as a
+// watch decodes what the API server sends.
+func testdataObjects(tb testing.TB, file string) func() kruntime.Object {
+	scheme := kruntime.NewScheme()
+	require.NoError(tb, trainer.AddToScheme(scheme))
+	require.NoError(tb, jobsetv1alpha2.AddToScheme(scheme))
+	require.NoError(tb, schedulerpluginsv1alpha1.AddToScheme(scheme))
+	decoder := serializer.NewCodecFactory(scheme).UniversalDeserializer()
+	data, err := os.ReadFile(file)
+	require.NoError(tb, err)
+	return func() kruntime.Object {
+		obj, _, err := decoder.Decode(data, nil, nil)
+		require.NoError(tb, err)
+		return obj
+	}
+}
+
+func transformed(t *testing.T, transform toolscache.TransformFunc, obj kruntime.Object) kruntime.Object {
+	out, err := transform(obj)
+	require.NoError(t, err)
+	return out.(kruntime.Object)
+}
+
+func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
+	t.Run("TrainJob: all but managed fields and kubectl's copy", func(t *testing.T) {
+		tj := testdataObjects(t, "testdata/cached-trainjob.json")().(*trainer.TrainJob)
+		tj.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: "{}", "team": "vision"}
+		want := tj.DeepCopy()
+		want.ManagedFields = nil
+		want.Annotations = map[string]string{"team": "vision"}
+		assert.Empty(t, cmp.Diff(want, transformed(t, dropLastApplied, tj.DeepCopy())))
+	})
+	t.Run("JobSet: metadata but managed fields, spec.suspend, status", func(t *testing.T) {
+		js := testdataObjects(t, "testdata/cached-jobset.json")().(*jobsetv1alpha2.JobSet)
+		js.Status = jobsetv1alpha2.JobSetStatus{TerminalState: "Completed",
+			ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 2}}}
+		want := &jobsetv1alpha2.JobSet{TypeMeta: js.TypeMeta, ObjectMeta: *js.ObjectMeta.DeepCopy(),
+			Spec: jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}, Status: *js.Status.DeepCopy()}
+		want.ManagedFields = nil
+		assert.Empty(t, cmp.Diff(want, transformed(t, keepJobSetSummary, js.DeepCopy())))
+	})
+	t.Run("PodGroup: metadata but managed fields, minMember, status", func(t *testing.T) {
+		pg := testdataObjects(t, "testdata/cached-podgroup.json")().(*schedulerpluginsv1alpha1.PodGroup)
+		require.NotEmpty(t, pg.Spec.MinResources)
+		want := pg.DeepCopy()
+		want.ManagedFields = nil
+		want.Spec.MinResources = nil
+		assert.Empty(t, cmp.Diff(want, transformed(t, keepPodGroupSummary, pg.DeepCopy())))
+	})
+}
+
+// TestCachedObjectsShareTheirCommonStrings: two TrainJobs decoded apart hold one copy of what
+// every TrainJob repeats, and their own of what is theirs.
+func TestCachedObjectsShareTheirCommonStrings(t *testing.T) {
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	trainJobs := testdataObjects(t, "testdata/cached-trainjob.json")
+	a := transformed(t, dropLastApplied, trainJobs()).(*trainer.TrainJob)
+	b := transformed(t, dropLastApplied, trainJobs()).(*trainer.TrainJob)
+	require.NotEmpty(t, a.Status.Conditions)
+	assert.True(t, same(a.Namespace, b.Namespace), "namespace")
+	assert.True(t, same(*a.Spec.RuntimeRef.Kind, *b.Spec.RuntimeRef.Kind), "spec.runtimeRef.kind")
+	assert.True(t, same(a.Spec.RuntimeRef.Name, b.Spec.RuntimeRef.Name), "spec.runtimeRef.name")
+	assert.True(t, same(a.Status.Conditions[0].Reason, b.Status.Conditions[0].Reason), "a condition's reason")
+	assert.False(t, same(string(a.UID), string(b.UID)), "the UID is each object's own")
+
+	jobSets := testdataObjects(t, "testdata/cached-jobset.json")
+	c := transformed(t, keepJobSetSummary, jobSets()).(*jobsetv1alpha2.JobSet)
+	d := transformed(t, keepJobSetSummary, jobSets()).(*jobsetv1alpha2.JobSet)
+	require.NotEmpty(t, c.OwnerReferences)
+	assert.True(t, same(c.OwnerReferences[0].APIVersion, d.OwnerReferences[0].APIVersion), "an owner's apiVersion")
+	for k := range c.Annotations {
+		for l := range d.Annotations {
+			if k == l {
+				assert.True(t, same(k, l), "annotation key %s", k)
+			}
+		}
+	}
+}
