@@ -204,6 +204,11 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
 		log.V(2).Info("Wrote JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
+		if js == nil {
+			// The JobSet just created: its size, and no progress yet. Its creation does not queue
+			// the TrainJob, so this is the status until the JobSet changes.
+			js = &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Annotations: children.JobSet.Annotations}}
+		}
 	case ptr.Deref(js.Spec.Suspend, false) != suspend:
 		if err := r.setJobSetSuspend(ctx, js, suspend); err != nil {
 			return ctrl.Result{}, err
@@ -215,9 +220,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 
 	// 5. Report suspension and the JobSet's progress.
 	setSuspended(tj, jobSetWasSuspended)
-	if js != nil {
-		setJobSetStatus(tj, js)
-	}
+	setJobSetStatus(tj, js)
 	return ctrl.Result{}, nil
 }
 

@@ -72,6 +72,8 @@ func TestTrainJobCreatesItsJobSet(t *testing.T) {
 	})
 	assert.Nil(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobSuspended), "never suspended, so no Suspended condition")
 	assert.Equal(t, got.Generation, got.Status.Conditions[0].ObservedGeneration)
+	assert.Equal(t, "0/2", got.Status.Ready,
+		"the status written with the JobSet's creation holds its size, or a restarted manager writes it again")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, eventReasons(t, got), "Normal/JobsCreated")
 	}, timeout, interval)
