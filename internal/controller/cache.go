@@ -55,7 +55,7 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	}
 	byObject := map[client.Object]cache.ByObject{
 		&jobsetv1alpha2.JobSet{}: {Transform: keepJobSetSummary},
-		&trainer.TrainJob{}:      {Transform: dropLastApplied},
+		&trainer.TrainJob{}:      {Transform: keepTrainJob},
 		&batchv1.Job{}:           {Label: ours, Transform: keepJobCounts},
 	}
 	for _, pg := range podGroups {
@@ -92,10 +92,10 @@ func keepPodGroupSummary(obj any) (any, error) {
 	return shareMetadata(obj)
 }
 
-// dropLastApplied drops a TrainJob's managed fields and the copy of it that `kubectl apply`
-// keeps in an annotation. The controllers write a TrainJob's status only, and the API server
-// takes nothing but the status from such a write.
-func dropLastApplied(obj any) (any, error) {
+// keepTrainJob keeps all of a TrainJob but its managed fields and the copy of it that `kubectl
+// apply` keeps in an annotation, and shares its common strings. The controllers write a
+// TrainJob's status only, and the API server takes nothing but the status from such a write.
+func keepTrainJob(obj any) (any, error) {
 	if tj, ok := obj.(*trainer.TrainJob); ok {
 		delete(tj.Annotations, corev1.LastAppliedConfigAnnotation)
 		ref := &tj.Spec.RuntimeRef

@@ -17,7 +17,7 @@ func BenchmarkCachedObjects(b *testing.B) {
 		name, file string
 		transform  toolscache.TransformFunc
 	}{
-		{"TrainJob", "testdata/cached-trainjob.json", dropLastApplied},
+		{"TrainJob", "testdata/cached-trainjob.json", keepTrainJob},
 		{"JobSet", "testdata/cached-jobset.json", keepJobSetSummary},
 		{"PodGroup", "testdata/cached-podgroup.json", keepPodGroupSummary},
 	} {

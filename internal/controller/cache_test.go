@@ -48,7 +48,7 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 		want := tj.DeepCopy()
 		want.ManagedFields = nil
 		want.Annotations = map[string]string{"team": "vision"}
-		assert.Empty(t, cmp.Diff(want, transformed(t, dropLastApplied, tj.DeepCopy())))
+		assert.Empty(t, cmp.Diff(want, transformed(t, keepTrainJob, tj.DeepCopy())))
 	})
 	t.Run("JobSet: metadata but managed fields, spec.suspend, status", func(t *testing.T) {
 		js := testdataObjects(t, "testdata/cached-jobset.json")().(*jobsetv1alpha2.JobSet)
@@ -74,8 +74,8 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 func TestCachedObjectsShareTheirCommonStrings(t *testing.T) {
 	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
 	trainJobs := testdataObjects(t, "testdata/cached-trainjob.json")
-	a := transformed(t, dropLastApplied, trainJobs()).(*trainer.TrainJob)
-	b := transformed(t, dropLastApplied, trainJobs()).(*trainer.TrainJob)
+	a := transformed(t, keepTrainJob, trainJobs()).(*trainer.TrainJob)
+	b := transformed(t, keepTrainJob, trainJobs()).(*trainer.TrainJob)
 	require.NotEmpty(t, a.Status.Conditions)
 	assert.True(t, same(a.Namespace, b.Namespace), "namespace")
 	assert.True(t, same(*a.Spec.RuntimeRef.Kind, *b.Spec.RuntimeRef.Kind), "spec.runtimeRef.kind")
