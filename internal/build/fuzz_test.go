@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -20,7 +22,7 @@ import (
 
 // FuzzBuild builds arbitrary TrainJob and runtime pairs, given as JSON, with the framework the
 // runtime's policy selects, as the controllers do: what cannot be built is an error, never a
-// panic; what is built is all in the TrainJob's namespace, and its size is bounded by the
+// panic; the runtime is left as it was; what is built is all in the TrainJob's namespace, and its size is bounded by the
 // input's and the schema's bound on nodes. The seeds are every sample and upstream TrainJob against every shipped, sample and
 // upstream runtime. Inputs the API's schema refuses for their size (more than
 // 5000 nodes) are skipped: the API server never lets them reach the pipeline.
@@ -52,7 +54,12 @@ func FuzzBuild(f *testing.F) {
 			return
 		}
 		rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "fuzz", Spec: spec}
+		given := spec.DeepCopy()
 		children, err := build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
+		// The runtime is the cache's own (the cache shares it): building never changes it.
+		if !apiequality.Semantic.DeepEqual(given, spec) {
+			t.Fatalf("building changed the runtime: %s", cmp.Diff(given, spec))
+		}
 		if err != nil {
 			return // The pipeline's answer.
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,12 +29,12 @@ func podGroupKinds() []client.Object {
 }
 
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
-// little with each TrainJob: no object's managed fields; of a JobSet, its metadata, spec.suspend
-// and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an annotation;
-// of a PodGroup, not its minimum resources; strings that many objects repeat, held once;
+// little with each TrainJob: no object's managed fields; of a JobSet, its metadata but labels,
+// spec.suspend and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an
+// annotation; of a PodGroup, not its labels nor its minimum resources; strings that many objects repeat, held once;
 // of PodGroups and Jobs, kinds that may exist in large numbers in a cluster, only those the
 // operator created, by their trainer.kubeflow.org/trainjob-name label, and of Jobs only a few
-// counts. ConfigMaps (MPI hostfiles) are only written, never read, so they are not cached at all.
+// counts; runtimes are read in place, not copied. ConfigMaps (MPI hostfiles) are only written, never read, so they are not cached at all.
 // The cache cannot be configured for a kind the cluster does not serve, so it asks which PodGroup
 // CRDs are installed.
 func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {
@@ -53,10 +54,15 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	if req, err := labels.NewRequirement(trainer.TrainJobNameLabel, selection.Exists, nil); err == nil {
 		ours = ours.Add(*req)
 	}
+	// Runtimes are read, never written, by every controller's filter on each event: the cache
+	// hands out its own, which the build pipeline copies before it changes anything.
+	shared := ptr.To(true)
 	byObject := map[client.Object]cache.ByObject{
-		&jobsetv1alpha2.JobSet{}: {Transform: keepJobSetSummary},
-		&trainer.TrainJob{}:      {Transform: keepTrainJob},
-		&batchv1.Job{}:           {Label: ours, Transform: keepJobCounts},
+		&jobsetv1alpha2.JobSet{}:          {Transform: keepJobSetSummary},
+		&trainer.TrainJob{}:               {Transform: keepTrainJob},
+		&batchv1.Job{}:                    {Label: ours, Transform: keepJobCounts},
+		&trainer.ClusterTrainingRuntime{}: {UnsafeDisableDeepCopy: shared},
+		&trainer.TrainingRuntime{}:        {UnsafeDisableDeepCopy: shared},
 	}
 	for _, pg := range podGroups {
 		byObject[pg] = cache.ByObject{Label: ours, Transform: keepPodGroupSummary}
@@ -64,9 +70,9 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	return cache.Options{ByObject: byObject, DefaultTransform: shareMetadata}, nil
 }
 
-// keepJobSetSummary keeps of a JobSet what the controllers read: its metadata but managed fields,
-// spec.suspend and status. Its Jobs' templates, most of its size, are only ever written; the
-// training's size is in an annotation (framework.TrainingPodsAnnotation).
+// keepJobSetSummary keeps of a JobSet what the controllers read: its metadata but managed fields
+// and labels, spec.suspend and status. Its Jobs' templates, most of its size, are only ever
+// written; the training's size is in an annotation (framework.TrainingPodsAnnotation).
 func keepJobSetSummary(obj any) (any, error) {
 	if js, ok := obj.(*jobsetv1alpha2.JobSet); ok {
 		js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
@@ -76,12 +82,12 @@ func keepJobSetSummary(obj any) (any, error) {
 		}
 		js.Status.TerminalState = intern(js.Status.TerminalState)
 	}
-	return shareMetadata(obj)
+	return shareChildMetadata(obj)
 }
 
 // keepPodGroupSummary keeps of a PodGroup what the controllers read: its metadata but managed
-// fields (the spec hash it was built from), its minimum of members and its status; not the
-// resources it tells the scheduler the gang needs, a map of quantities, only ever written.
+// fields and labels (the spec hash it was built from), its minimum of members and its status;
+// not the resources it tells the scheduler the gang needs, a map of quantities, only ever written.
 func keepPodGroupSummary(obj any) (any, error) {
 	switch pg := obj.(type) {
 	case *schedulerpluginsv1alpha1.PodGroup:
@@ -89,7 +95,7 @@ func keepPodGroupSummary(obj any) (any, error) {
 	case *volcanov1beta1.PodGroup:
 		pg.Spec.MinResources = nil
 	}
-	return shareMetadata(obj)
+	return shareChildMetadata(obj)
 }
 
 // keepTrainJob keeps all of a TrainJob but its managed fields and the copy of it that `kubectl
@@ -128,6 +134,16 @@ func shareMetadata(in any) (any, error) {
 		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
 	}
 	return in, nil
+}
+
+// shareChildMetadata is shareMetadata for the children the operator writes, JobSets and
+// PodGroups, without their labels: the controllers find a child by its name and owner and read
+// its annotations, never its labels, and even one label costs a map (over 300 bytes).
+func shareChildMetadata(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetLabels(nil)
+	}
+	return shareMetadata(obj)
 }
 
 // shareConditions makes conditions share their types, statuses and reasons; their messages name

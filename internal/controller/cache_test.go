@@ -50,20 +50,22 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 		want.Annotations = map[string]string{"team": "vision"}
 		assert.Empty(t, cmp.Diff(want, transformed(t, keepTrainJob, tj.DeepCopy())))
 	})
-	t.Run("JobSet: metadata but managed fields, spec.suspend, status", func(t *testing.T) {
+	t.Run("JobSet: metadata but managed fields and labels, spec.suspend, status", func(t *testing.T) {
 		js := testdataObjects(t, "testdata/cached-jobset.json")().(*jobsetv1alpha2.JobSet)
+		js.Labels = map[string]string{"team": "vision"}
 		js.Status = jobsetv1alpha2.JobSetStatus{TerminalState: "Completed",
 			ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 2}}}
 		want := &jobsetv1alpha2.JobSet{TypeMeta: js.TypeMeta, ObjectMeta: *js.ObjectMeta.DeepCopy(),
 			Spec: jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}, Status: *js.Status.DeepCopy()}
-		want.ManagedFields = nil
+		want.ManagedFields, want.Labels = nil, nil
 		assert.Empty(t, cmp.Diff(want, transformed(t, keepJobSetSummary, js.DeepCopy())))
 	})
-	t.Run("PodGroup: metadata but managed fields, minMember, status", func(t *testing.T) {
+	t.Run("PodGroup: metadata but managed fields and labels, minMember, status", func(t *testing.T) {
 		pg := testdataObjects(t, "testdata/cached-podgroup.json")().(*schedulerpluginsv1alpha1.PodGroup)
 		require.NotEmpty(t, pg.Spec.MinResources)
+		require.NotEmpty(t, pg.Labels)
 		want := pg.DeepCopy()
-		want.ManagedFields = nil
+		want.ManagedFields, want.Labels = nil, nil
 		want.Spec.MinResources = nil
 		assert.Empty(t, cmp.Diff(want, transformed(t, keepPodGroupSummary, pg.DeepCopy())))
 	})

@@ -2,12 +2,15 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -99,7 +102,10 @@ func recordCreationFailure(fw framework.Framework, tj *trainer.TrainJob) {
 // trainJobsCollector counts the TrainJobs in the manager's cache when the metrics are scraped:
 // by framework and state, and by runtime. Counting at scrape time cannot drift from the cluster.
 type trainJobsCollector struct {
-	mu         sync.Mutex
+	mu sync.Mutex
+	// trainJobs is the cache's store of TrainJobs, read in place: a List would copy each of them
+	// on every scrape.
+	trainJobs  toolscache.Store
 	reader     client.Reader
 	frameworks []framework.Framework
 	leading    func() bool
@@ -114,13 +120,18 @@ var (
 		[]string{"kind", "namespace", "name"}, nil)
 )
 
-// use makes the collector count from a manager's cache, while the manager leads (every replica
-// would count the same TrainJobs). A process that starts a new manager (the tests) points it at
-// the new one.
-func (c *trainJobsCollector) use(reader client.Reader, frameworks []framework.Framework, leading func() bool) {
+// use makes the collector count the TrainJobs of a manager's cache, given its TrainJob informer,
+// while the manager leads (every replica would count the same TrainJobs); it reads their runtimes
+// from reader. A process that starts a new manager (the tests) points it at the new one.
+func (c *trainJobsCollector) use(informer cache.Informer, reader client.Reader, frameworks []framework.Framework, leading func() bool) error {
+	store, ok := informer.(interface{ GetStore() toolscache.Store })
+	if !ok {
+		return fmt.Errorf("the cache's TrainJob informer, a %T, has no store to count", informer)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reader, c.frameworks, c.leading = reader, frameworks, leading
+	c.trainJobs, c.reader, c.frameworks, c.leading = store.GetStore(), reader, frameworks, leading
+	return nil
 }
 
 func (c *trainJobsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -130,26 +141,23 @@ func (c *trainJobsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	reader, frameworks, leading := c.reader, c.frameworks, c.leading
+	store, reader, frameworks, leading := c.trainJobs, c.reader, c.frameworks, c.leading
 	c.mu.Unlock()
-	if reader == nil || !leading() {
+	if store == nil || !leading() {
 		return
 	}
 	ctx := context.Background()
-	list := &trainer.TrainJobList{}
-	// The cache's own objects, read and not changed: copying 10,000 TrainJobs per scrape would
-	// cost more than counting them.
-	if err := reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		ch <- prometheus.NewInvalidMetric(trainJobsDesc, err)
-		return
-	}
 	type runtimeKey struct{ kind, namespace, name string }
 	type stateKey struct{ framework, state string }
 	frameworkOf := map[runtimeKey]string{}
 	byRuntime := map[runtimeKey]float64{}
 	byState := map[stateKey]float64{}
-	for i := range list.Items {
-		tj := &list.Items[i]
+	// The cache's own objects, read and never changed.
+	for _, obj := range store.List() {
+		tj, ok := obj.(*trainer.TrainJob)
+		if !ok {
+			continue
+		}
 		kind, name := trainingruntime.Ref(tj)
 		key := runtimeKey{kind: kind, name: name}
 		if kind == trainer.TrainingRuntimeKind {

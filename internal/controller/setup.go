@@ -117,7 +117,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			return err
 		}
 	}
-	trainJobs.use(mgr.GetCache(), frameworks, leading)
 	jobInformer, err := mgr.GetCache().GetInformer(ctx, &batchv1.Job{})
 	if err != nil {
 		return err
@@ -127,6 +126,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		return err
 	}
 	if err := watchFirstPods(jobInformer, trainJobInformer, mgr.GetCache(), frameworks, leading); err != nil {
+		return err
+	}
+	if err := trainJobs.use(trainJobInformer, mgr.GetCache(), frameworks, leading); err != nil {
 		return err
 	}
 	jobSets, err := jobsetclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())

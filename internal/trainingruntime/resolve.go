@@ -35,7 +35,8 @@ func Ref(tj *trainer.TrainJob) (kind, name string) {
 }
 
 // Resolve reads the runtime a TrainJob refers to: a TrainingRuntime in the TrainJob's namespace
-// or a ClusterTrainingRuntime. The reader is normally the manager's cache.
+// or a ClusterTrainingRuntime. The reader is normally the manager's cache, which shares its own
+// copy: the runtime's spec is read, never changed.
 func Resolve(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
 	kind, name := Ref(tj)
 	var (
