@@ -17,7 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -27,6 +26,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/certs"
 	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/metricsauth"
 	"github.com/trainjob/operator/internal/progress"
 	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
@@ -129,7 +129,7 @@ func main() {
 		BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts, CertDir: metricsCertPath,
 	}
 	if secureMetrics {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metricsOpts.FilterProvider = metricsauth.Filter
 	}
 
 	if enableWebhooks {

@@ -31,6 +31,7 @@ const (
 )
 
 var (
+	cluster   *testenv.Cluster
 	k8sClient client.Client
 	// installed is what `kustomize build config/default` renders.
 	installed []*unstructured.Unstructured
@@ -41,7 +42,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	cluster, err := testenv.Start()
+	var err error
+	cluster, err = testenv.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,0 +1,101 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainjob/operator/internal/metricsauth"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// TestMetricsNeedAnAllowedToken serves a metrics endpoint behind the manager's filter, which
+// reviews as the manager's service account with the install's RBAC: only a token whose user the
+// cluster lets get /metrics (the install's metrics-reader ClusterRole, bound to a scraper) reads
+// it; no token or a made-up one is 401, a known user without the grant, another path or another
+// verb 403.
+func TestMetricsNeedAnAllowedToken(t *testing.T) {
+	ctx := context.Background()
+	for _, obj := range installed {
+		switch obj.GetKind() {
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj))
+		}
+	}
+	const monitoring = "monitoring"
+	require.NoError(t, client.IgnoreAlreadyExists(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: monitoring}})))
+	for _, name := range []string{"prometheus", "nobody"} {
+		require.NoError(t, client.IgnoreAlreadyExists(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: monitoring}})))
+	}
+	require.NoError(t, client.IgnoreAlreadyExists(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-trainjob-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "trainjob-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: monitoring}},
+	})))
+
+	manager := rest.AnonymousClientConfig(cluster.Env.Config)
+	manager.BearerToken = token(t, namespace, "trainjob-controller-manager")
+	httpClient, err := rest.HTTPClientFor(manager)
+	require.NoError(t, err)
+	filter, err := metricsauth.Filter(manager, httpClient)
+	require.NoError(t, err)
+	handler, err := filter(logr.Discard(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "metrics") }))
+	require.NoError(t, err)
+	server := httptest.NewServer(handler)
+	defer server.Close()
+
+	prometheus, nobody := token(t, monitoring, "prometheus"), token(t, monitoring, "nobody")
+	cases := []struct {
+		name, method, path, authorization string
+		code                              int
+	}{
+		{"the scraper", http.MethodGet, "/metrics", "Bearer " + prometheus, http.StatusOK},
+		{"the scraper again, remembered", http.MethodGet, "/metrics", "Bearer " + prometheus, http.StatusOK},
+		{"no token", http.MethodGet, "/metrics", "", http.StatusUnauthorized},
+		{"a made-up token", http.MethodGet, "/metrics", "Bearer made-up", http.StatusUnauthorized},
+		{"not a bearer token", http.MethodGet, "/metrics", "Basic " + prometheus, http.StatusUnauthorized},
+		{"a user without the grant", http.MethodGet, "/metrics", "Bearer " + nobody, http.StatusForbidden},
+		{"the scraper on another path", http.MethodGet, "/debug/pprof/", "Bearer " + prometheus, http.StatusForbidden},
+		{"the scraper with another verb", http.MethodPost, "/metrics", "Bearer " + prometheus, http.StatusForbidden},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctx, tc.method, server.URL+tc.path, nil)
+			require.NoError(t, err)
+			if tc.authorization != "" {
+				req.Header.Set("Authorization", tc.authorization)
+			}
+			resp, err := server.Client().Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			assert.Equal(t, tc.code, resp.StatusCode, "%s", body)
+			if tc.code == http.StatusForbidden {
+				assert.Contains(t, string(body), fmt.Sprintf("Authorization denied for user system:serviceaccount:%s:", monitoring))
+			}
+		})
+	}
+}
+
+// token is a new token of a service account, as the kubelet gives its pods.
+func token(t *testing.T, namespace, name string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	req := &authenticationv1.TokenRequest{}
+	require.NoError(t, k8sClient.SubResource("token").Create(context.Background(), sa, req))
+	require.NotEmpty(t, req.Status.Token)
+	return req.Status.Token
+}
