@@ -173,8 +173,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	g := &GangReconciler{client: mgr.GetClient(), frameworks: frameworks}
 	owns := ownsTrainJob(g.client, g.ownsRuntime)
 	b := newController(mgr, gangController, owns, g.ownsRuntime, opts)
+	// A new PodGroup is the gang controller's own doing, or a restarted manager's listing, which
+	// lists its TrainJobs too: only a PodGroup's change or deletion needs it again.
 	for _, pg := range podGroups {
-		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(g.client, owns)))
+		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(g.client, owns)),
+			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}))
 	}
 	if err := b.Complete(g); err != nil {
 		return err

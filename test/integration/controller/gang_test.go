@@ -62,6 +62,16 @@ func TestCoschedulingPodGroupComesBeforeTheJobSet(t *testing.T) {
 	assert.Equal(t, []string{"trainer.kubeflow.org/gang/Apply"}, managers(pg), "only the gang controller writes PodGroups")
 	assert.Equal(t, "gang", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels[gang.CoschedulingLabel])
 
+	// A PodGroup someone deletes is put back, also for a gang that runs.
+	require.NoError(t, k8sClient.Delete(ctx, pg))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		again := &schedulerpluginsv1alpha1.PodGroup{}
+		if assert.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), again)) {
+			assert.NotEqual(c, pg.UID, again.UID, "the deleted PodGroup")
+			assert.Equal(c, int32(2), again.Spec.MinMember)
+		}
+	}, timeout, interval, "the deleted PodGroup was not put back")
+
 	// Deleting the TrainJob deletes its PodGroup.
 	require.NoError(t, k8sClient.Delete(ctx, tj))
 	require.Eventually(t, func() bool {

@@ -88,12 +88,7 @@ func TestInstallApplies(t *testing.T) {
 // its own namespace, may it read and update.
 func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 	ctx := context.Background()
-	for _, obj := range installed {
-		switch obj.GetKind() {
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj))
-		}
-	}
+	applyRBAC(t)
 	cases := []struct {
 		namespace, verb, resource string
 		allowed                   bool
@@ -153,6 +148,18 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 			if assert.NotContains(t, rule.APIGroups, "*") && containsAny(rule.Resources, "secrets") {
 				assert.Equal(t, []string{"create", "patch"}, rule.Verbs, "ClusterRole %s on Secrets", role.Name)
 			}
+		}
+	}
+}
+
+// applyRBAC applies the install's namespace, service account and RBAC: what the API server's
+// authorizer needs to answer for the manager.
+func applyRBAC(t *testing.T) {
+	t.Helper()
+	for _, obj := range installed {
+		switch obj.GetKind() {
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			require.NoError(t, testenv.Apply(context.Background(), k8sClient, "install-test", obj))
 		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainjob/operator/internal/metricsauth"
-	"github.com/trainjob/operator/test/testenv"
 )
 
 // TestMetricsNeedAnAllowedToken serves a metrics endpoint behind the manager's filter, which
@@ -29,12 +28,7 @@ import (
 // verb 403.
 func TestMetricsNeedAnAllowedToken(t *testing.T) {
 	ctx := context.Background()
-	for _, obj := range installed {
-		switch obj.GetKind() {
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj))
-		}
-	}
+	applyRBAC(t)
 	const monitoring = "monitoring"
 	require.NoError(t, client.IgnoreAlreadyExists(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: monitoring}})))
 	for _, name := range []string{"prometheus", "nobody"} {
