@@ -91,22 +91,7 @@ func timeLeft(tj *trainer.TrainJob, now time.Time) (left time.Duration, ok bool)
 // JobSet's own condition, and its training's ready pods into the Running condition.
 func setJobSetStatus(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) {
 	js := &jobSet.Status
-	tj.Status.JobsStatus = nil
-	for _, s := range js.ReplicatedJobsStatus {
-		tj.Status.JobsStatus = append(tj.Status.JobsStatus, trainer.JobStatus{
-			Name:      s.Name,
-			Ready:     s.Ready,
-			Succeeded: s.Succeeded,
-			Failed:    s.Failed,
-			Active:    s.Active,
-			Suspended: s.Suspended,
-		})
-	}
-
-	ready, total := trainingPods(jobSet)
-	if total > 0 {
-		tj.Status.Ready = fmt.Sprintf("%d/%d", ready, total)
-	}
+	ready, total := setJobSetCounts(tj, jobSet)
 	defer setRunning(tj, ready, total)
 
 	terminal := map[string]string{
@@ -122,6 +107,27 @@ func setJobSetStatus(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) {
 		reason, message = c.Reason, c.Message
 	}
 	setCondition(tj, condType, metav1.ConditionTrue, reason, message)
+}
+
+// setJobSetCounts mirrors the JobSet's replicated jobs into status.jobsStatus and its training's
+// ready pods into status.ready, and returns those pods' counts.
+func setJobSetCounts(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) (ready, total int32) {
+	tj.Status.JobsStatus = nil
+	for _, s := range jobSet.Status.ReplicatedJobsStatus {
+		tj.Status.JobsStatus = append(tj.Status.JobsStatus, trainer.JobStatus{
+			Name:      s.Name,
+			Ready:     s.Ready,
+			Succeeded: s.Succeeded,
+			Failed:    s.Failed,
+			Active:    s.Active,
+			Suspended: s.Suspended,
+		})
+	}
+	ready, total = trainingPods(jobSet)
+	if total > 0 {
+		tj.Status.Ready = fmt.Sprintf("%d/%d", ready, total)
+	}
+	return ready, total
 }
 
 // trainingPods counts the pods of the JobSet's training, and those of them that are ready, from

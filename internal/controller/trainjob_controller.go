@@ -71,7 +71,10 @@ type TrainJobReconciler struct {
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tj, err := activeTrainJob(ctx, r.client, req)
 	if tj == nil {
-		return ctrl.Result{}, err
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.followFinished(ctx, req)
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj)
@@ -91,6 +94,34 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	recordTransitions(r.recorder, tj, before.Conditions)
 	recordMetrics(r.framework, tj, before.Conditions)
 	return result, err
+}
+
+// followFinished keeps a finished TrainJob's jobsStatus and READY in step with its JobSet, whose
+// Jobs may still wind down after its terminal state (MPI's workers stop after the launcher
+// succeeded). Nothing else of it changes: its conditions and children are final.
+func (r *TrainJobReconciler) followFinished(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	tj := &trainer.TrainJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, tj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !finished(tj) || !tj.DeletionTimestamp.IsZero() || !tj.ManagedByOperator() {
+		return ctrl.Result{}, nil
+	}
+	js, err := r.jobSet(ctx, tj)
+	if err != nil || js == nil || !metav1.IsControlledBy(js, tj) {
+		return ctrl.Result{}, err
+	}
+	before := tj.Status.DeepCopy()
+	setJobSetCounts(tj, js)
+	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.writeStatus(ctx, tj); apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	} else if err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+	}
+	return ctrl.Result{}, nil
 }
 
 // reconcile runs the steps for a TrainJob that is neither finished nor someone else's, and sets

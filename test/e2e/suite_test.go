@@ -118,22 +118,24 @@ func isTrue(condType string) func(c *assert.CollectT, tj *trainer.TrainJob) {
 	}
 }
 
-// waitForComplete waits for the TrainJob to be Complete, and checks that its jobsStatus matches
-// its JobSet's replicated jobs.
+// waitForComplete waits for the TrainJob to be Complete, with a jobsStatus that matches its
+// JobSet's replicated jobs: a JobSet's Jobs may still wind down after its terminal state, and the
+// TrainJob's counts follow.
 func waitForComplete(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
-	got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobComplete))
-	js := &jobsetv1alpha2.JobSet{}
-	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
-	var want []trainer.JobStatus
-	for _, s := range js.Status.ReplicatedJobsStatus {
-		want = append(want, trainer.JobStatus{Name: s.Name, Ready: s.Ready, Succeeded: s.Succeeded,
-			Failed: s.Failed, Active: s.Active, Suspended: s.Suspended})
-	}
-	assert.NotEmpty(t, want, "JobSet %s reports no replicated jobs", tj.Name)
-	assert.Equal(t, want, got.Status.JobsStatus, "jobsStatus of %s", tj.Name)
-	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed))
-	return got
+	return waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+		isTrue(trainer.TrainJobComplete)(c, got)
+		js := &jobsetv1alpha2.JobSet{}
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
+		var want []trainer.JobStatus
+		for _, s := range js.Status.ReplicatedJobsStatus {
+			want = append(want, trainer.JobStatus{Name: s.Name, Ready: s.Ready, Succeeded: s.Succeeded,
+				Failed: s.Failed, Active: s.Active, Suspended: s.Suspended})
+		}
+		assert.NotEmpty(c, want, "JobSet %s reports no replicated jobs", tj.Name)
+		assert.Equal(c, want, got.Status.JobsStatus, "jobsStatus of %s", tj.Name)
+		assert.False(c, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed))
+	})
 }
 
 // pods lists the pods of a TrainJob's JobSet.

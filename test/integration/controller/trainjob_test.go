@@ -116,6 +116,21 @@ func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
 				assert.Contains(c, eventReasons(t, got), tc.event)
 			}, timeout, interval)
 
+			// The JobSet's Jobs may still wind down after its terminal state: the counts follow,
+			// the conditions stay.
+			setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
+				TerminalState: string(tc.state),
+				Conditions: []metav1.Condition{{
+					Type: string(tc.state), Status: metav1.ConditionTrue, Reason: tc.reason,
+					Message: "jobset finished", LastTransitionTime: metav1.Now(),
+				}},
+				ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 2, Failed: 2}},
+			})
+			after := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+				assert.Equal(c, []trainer.JobStatus{{Name: "node", Succeeded: 2, Failed: 2}}, tj.Status.JobsStatus)
+			})
+			assert.Equal(t, got.Status.Conditions, after.Status.Conditions)
+
 			// Terminal means final: a deleted JobSet is not recreated.
 			require.NoError(t, k8sClient.Delete(ctx, js, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 			updateTrainJob(t, got, addLabel("poke", "1"))
