@@ -31,10 +31,11 @@ func podGroupKinds() []client.Object {
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
 // little with each TrainJob: no object's managed fields; of a JobSet, its metadata but labels,
 // spec.suspend and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an
-// annotation; of a PodGroup, not its labels nor its minimum resources; strings that many objects repeat, held once;
-// of PodGroups and Jobs, kinds that may exist in large numbers in a cluster, only those the
-// operator created, by their trainer.kubeflow.org/trainjob-name label, and of Jobs only a few
-// counts; runtimes are read in place, not copied. ConfigMaps (MPI hostfiles) are only written, never read, so they are not cached at all.
+// annotation; of a PodGroup, not its labels nor its minimum resources; strings that many objects
+// repeat, held once; of PodGroups and Jobs, kinds that may exist in large numbers in a cluster,
+// only those the operator created, by their trainer.kubeflow.org/trainjob-name label, and of Jobs
+// only a few counts; runtimes are read in place, not copied. ConfigMaps (MPI hostfiles) are only
+// written, never read, so they are not cached at all.
 // The cache cannot be configured for a kind the cluster does not serve, so it asks which PodGroup
 // CRDs are installed.
 func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, error) {

@@ -44,8 +44,8 @@ type GangReconciler struct {
 // Reconcile applies a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Building
 // failures and missing CRDs are reported by the framework controller, in the TrainJob's status.
 func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	tj, err := activeTrainJob(ctx, r.client, req)
-	if tj == nil {
+	tj, err := managedTrainJob(ctx, r.client, req)
+	if tj == nil || finished(tj) {
 		return ctrl.Result{}, err
 	}
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)

@@ -69,12 +69,12 @@ type TrainJobReconciler struct {
 
 // Reconcile brings one TrainJob's children in line with it and writes its status once.
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	tj, err := activeTrainJob(ctx, r.client, req)
+	tj, err := managedTrainJob(ctx, r.client, req)
 	if tj == nil {
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		return r.followFinished(ctx, req)
+		return ctrl.Result{}, err
+	}
+	if finished(tj) {
+		return r.followFinished(ctx, tj)
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj)
@@ -99,14 +99,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // followFinished keeps a finished TrainJob's jobsStatus and READY in step with its JobSet, whose
 // Jobs may still wind down after its terminal state (MPI's workers stop after the launcher
 // succeeded). Nothing else of it changes: its conditions and children are final.
-func (r *TrainJobReconciler) followFinished(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	tj := &trainer.TrainJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, tj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !finished(tj) || !tj.DeletionTimestamp.IsZero() || !tj.ManagedByOperator() {
-		return ctrl.Result{}, nil
-	}
+func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	js, err := r.jobSet(ctx, tj)
 	if err != nil || js == nil || !metav1.IsControlledBy(js, tj) {
 		return ctrl.Result{}, err
@@ -479,15 +472,15 @@ func (r *TrainJobReconciler) adopt(ctx context.Context, obj client.Object) error
 	return err
 }
 
-// activeTrainJob reads the TrainJob of a request, or returns nil when there is nothing to do for
+// managedTrainJob reads the TrainJob of a request, or returns nil when there is nothing to do for
 // it: it is gone or going (a foreground deletion keeps it until its JobSet is gone: never create
-// one again then), someone else manages it, or it is finished.
-func activeTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*trainer.TrainJob, error) {
+// one again then), or someone else manages it. A finished one is returned: the caller decides.
+func managedTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*trainer.TrainJob, error) {
 	tj := &trainer.TrainJob{}
 	if err := c.Get(ctx, req.NamespacedName, tj); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if !tj.DeletionTimestamp.IsZero() || !tj.ManagedByOperator() || finished(tj) {
+	if !tj.DeletionTimestamp.IsZero() || !tj.ManagedByOperator() {
 		return nil, nil
 	}
 	return tj, nil

@@ -96,15 +96,18 @@ func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
 			tj := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
 			require.NoError(t, k8sClient.Create(ctx, tj))
 			js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+			finished := func(node jobsetv1alpha2.ReplicatedJobStatus) jobsetv1alpha2.JobSetStatus {
+				return jobsetv1alpha2.JobSetStatus{
+					TerminalState: string(tc.state),
+					Conditions: []metav1.Condition{{
+						Type: string(tc.state), Status: metav1.ConditionTrue, Reason: tc.reason,
+						Message: "jobset finished", LastTransitionTime: metav1.Now(),
+					}},
+					ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{node},
+				}
+			}
 
-			setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
-				TerminalState: string(tc.state),
-				Conditions: []metav1.Condition{{
-					Type: string(tc.state), Status: metav1.ConditionTrue, Reason: tc.reason,
-					Message: "jobset finished", LastTransitionTime: metav1.Now(),
-				}},
-				ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 1, Failed: 2}},
-			})
+			setJobSetStatus(t, js, finished(jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Succeeded: 1, Failed: 2}))
 
 			got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 				conditionIs(c, tj, tc.condition, metav1.ConditionTrue, tc.reason)
@@ -118,14 +121,7 @@ func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
 
 			// The JobSet's Jobs may still wind down after its terminal state: the counts follow,
 			// the conditions stay.
-			setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
-				TerminalState: string(tc.state),
-				Conditions: []metav1.Condition{{
-					Type: string(tc.state), Status: metav1.ConditionTrue, Reason: tc.reason,
-					Message: "jobset finished", LastTransitionTime: metav1.Now(),
-				}},
-				ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Succeeded: 2, Failed: 2}},
-			})
+			setJobSetStatus(t, js, finished(jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Succeeded: 2, Failed: 2}))
 			after := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 				assert.Equal(c, []trainer.JobStatus{{Name: "node", Succeeded: 2, Failed: 2}}, tj.Status.JobsStatus)
 			})
