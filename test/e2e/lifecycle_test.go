@@ -154,8 +154,11 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Normal/GangWaiting")
 	}, timeout, interval, "kubectl describe tells why the gang waits")
 
+	// kube-scheduler may lose track of a pod that waited at the gang's Permit ("The same pod is
+	// tracked in multiple places in the scheduler, and just discard it", seen once in CI); it
+	// tries such a pod again when it has been unschedulable for 5 minutes.
 	addNode(t, pool+"-c", pool, "4")
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, bound(pods(c, tj))) }, 2*timeout, interval,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, bound(pods(c, tj))) }, 6*time.Minute, interval,
 		"the gang binds once it fits")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Normal/GangScheduled")
