@@ -49,6 +49,17 @@ const (
 	// not be applied to the cluster.
 	TrainJobJobsCreationFailedReason = "JobsCreationFailed"
 
+	// TrainJobObjectNotOwnedReason explains Created=False when an object of the name of one of
+	// the TrainJob's children (its JobSet, PodGroup, MPI Secret or ConfigMaps) exists that is not
+	// the TrainJob's: the operator never changes, mounts or deletes it, and the TrainJob waits for
+	// it to go.
+	TrainJobObjectNotOwnedReason = "ObjectNotOwned"
+
+	// TrainJobPodGroupCreationFailedReason explains Created=False when the API server refused the
+	// TrainJob's PodGroup (a closed or missing Volcano queue, a quota, a policy): its pods do not
+	// start without their gang, and the PodGroup is tried again.
+	TrainJobPodGroupCreationFailedReason = "PodGroupCreationFailed"
+
 	// TrainJobJobsCreatedReason explains Created=True.
 	TrainJobJobsCreatedReason = "JobsCreated"
 
@@ -69,6 +80,11 @@ const (
 
 	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
 	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
+
+	// TrainJobJobSetDeletedReason explains Failed=True when the TrainJob's JobSet was deleted
+	// after its pods may have run, before the operator saw it finish: how the training ended is
+	// unknown, and it is never run a second time. Create the TrainJob again to run it again.
+	TrainJobJobSetDeletedReason = "JobSetDeleted"
 
 	// TrainJobDeadlineExceededReason explains Failed=True when the TrainJob ran longer than
 	// spec.activeDeadlineSeconds, as for a Job.

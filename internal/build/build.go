@@ -34,9 +34,8 @@ import (
 // Children are what a TrainJob runs as.
 type Children struct {
 	JobSet *jobsetac.JobSetApplyConfiguration
-	// Apply are written with server-side apply before the JobSet.
-	Apply []runtime.ApplyConfiguration
-	// Create are created once, before the JobSet is first created, and never written again.
+	// Create are created before the JobSet is created (a ConfigMap is written again when the
+	// JobSet is created again), and never read.
 	Create []client.Object
 	// PodGroup is the gang's PodGroup, or nil when the runtime's gang policy needs none. Only the
 	// gang controller writes it.
@@ -94,7 +93,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	if err != nil {
 		return nil, err
 	}
-	return &Children{JobSet: js, Apply: b.Apply, Create: b.Create, PodGroup: podGroup}, nil
+	return &Children{JobSet: js, Create: b.Create, PodGroup: podGroup}, nil
 }
 
 // numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else 1.

@@ -66,9 +66,6 @@ func FuzzBuild(f *testing.F) {
 		// Whatever a TrainJob says, its children are made in its namespace only, where its pods
 		// can reach only that namespace's Secrets and service accounts (docs/security.md).
 		objs := []any{children.JobSet}
-		for _, ac := range children.Apply {
-			objs = append(objs, ac)
-		}
 		for _, obj := range children.Create {
 			objs = append(objs, obj)
 		}

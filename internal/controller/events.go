@@ -86,9 +86,15 @@ func (r *eventRecorders) For(controller string) events.EventRecorder {
 	return r.broadcaster.NewRecorder(r.scheme, controller)
 }
 
+// maxEventNote is the longest note the API server accepts in an event (events.k8s.io/v1's
+// 1 KiB): a longer one would be refused, and the event lost.
+const maxEventNote = 1024
+
 // writeEvent creates an event, trying again while the API server cannot be reached or asks to
-// wait. An event it refused, or one that exists already, is not tried again.
+// wait. An event it refused, or one that exists already, is not tried again. A note too long for
+// the API server is cut (a condition's message may be 32 KiB).
 func writeEvent(ctx context.Context, sink events.EventSink, event *eventsv1.Event, log logr.Logger) {
+	event.Note = truncate(event.Note, maxEventNote)
 	err := retry.OnError(eventRetry, retriable, func() error {
 		_, err := sink.Create(ctx, event)
 		return err

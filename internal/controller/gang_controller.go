@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -32,20 +35,30 @@ import (
 const gangController = "gang"
 
 // GangReconciler writes the PodGroups of gang-scheduled TrainJobs: it is their only writer. The
-// framework controllers wait for the PodGroup before they let the JobSet's pods exist.
+// framework controllers wait for the PodGroup before they let the JobSet's pods exist, and say in
+// the TrainJob's Created condition, with a Warning event, what keeps it from being written
+// (reports).
 type GangReconciler struct {
 	client     client.Client
 	frameworks []framework.Framework
+	reports    *gangReports
 }
+
+// refusedRetry is how soon a PodGroup the API server refused, or whose name is taken, is tried
+// again: the cause (a closed queue, a quota, someone's PodGroup) goes away without any event the
+// operator sees.
+const refusedRetry = 10 * time.Second
 
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;patch
 
-// Reconcile applies a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Building
-// failures and missing CRDs are reported by the framework controller, in the TrainJob's status.
+// Reconcile writes a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Building
+// failures and missing CRDs are reported by the framework controller, in the TrainJob's status;
+// so is a PodGroup that cannot be written, from the report this leaves.
 func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tj, err := managedTrainJob(ctx, r.client, req)
 	if tj == nil || finished(tj) {
+		r.reports.clear(req.NamespacedName)
 		return ctrl.Result{}, err
 	}
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
@@ -59,12 +72,31 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if pg == nil {
 		return ctrl.Result{}, nil
 	}
+	result, err := r.reconcile(ctx, tj, rt, pg)
+	var refused *refusedError
+	switch {
+	case isNotOurs(err):
+		r.reports.set(tj, trainer.TrainJobObjectNotOwnedReason, err.Error())
+		return ctrl.Result{RequeueAfter: refusedRetry}, nil
+	case errors.As(err, &refused):
+		r.reports.set(tj, trainer.TrainJobPodGroupCreationFailedReason, err.Error())
+		return ctrl.Result{RequeueAfter: refusedRetry}, nil
+	case err == nil:
+		r.reports.clear(req.NamespacedName)
+	}
+	return result, err
+}
 
-	// The PodGroup is built with the JobSet's rule: from the TrainJob as it is now, while its
-	// JobSet is suspended or not there yet. A running gang is settled (but its PodGroup is put
-	// back if someone deleted it).
+// reconcile writes the TrainJob's PodGroup, pg, if it needs to. The PodGroup is built with the
+// JobSet's rule: from the TrainJob as it is now, while its JobSet is suspended or not there yet.
+// A running gang is settled (but its PodGroup is put back if someone deleted it).
+func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, pg client.Object) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(tj)
-	switch err := r.client.Get(ctx, key, pg); {
+	err := r.client.Get(ctx, key, pg)
+	found := err == nil
+	switch {
+	case err == nil && !ours(pg, tj):
+		return ctrl.Result{}, notOurs(r.client, pg)
 	case err == nil && framework.Built(pg, tj):
 		return ctrl.Result{}, nil
 	case err == nil:
@@ -82,11 +114,74 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, nil
 	}
-	if err := r.client.Apply(ctx, children.PodGroup, client.FieldOwner("trainer.kubeflow.org/"+gangController), client.ForceOwnership); err != nil {
-		return ctrl.Result{}, ignoreNoMatch(fmt.Errorf("applying the PodGroup of %s: %w", klog.KObj(tj), err))
+	owner := client.FieldOwner("trainer.kubeflow.org/" + gangController)
+	if !found {
+		// Not in the cache: created, never applied, so that someone else's PodGroup of the name,
+		// which the cache does not hold, is not taken over. One of the TrainJob's own that the
+		// cache has not seen yet is written once the cache has it.
+		obj, err := asObject(children.PodGroup)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		claimed, err := createChild(ctx, r.client, tj, obj, owner)
+		if err != nil {
+			return ctrl.Result{}, ignoreNoMatch(refusal(fmt.Errorf("creating the PodGroup of %s: %w", klog.KObj(tj), err)))
+		}
+		if claimed {
+			// The TrainJob's own, which the cache will have in a moment: sized then.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		ctrl.LoggerFrom(ctx).V(2).Info("Created PodGroup", "podGroup", key)
+		return ctrl.Result{}, nil
+	}
+	// The TrainJob's own: the apply carries its resourceVersion, so that it changes only the
+	// PodGroup proven the TrainJob's, never one made meanwhile by someone else.
+	obj, err := asObject(children.PodGroup)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	obj.SetResourceVersion(pg.GetResourceVersion())
+	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), owner, client.ForceOwnership); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, ignoreNoMatch(refusal(fmt.Errorf("applying the PodGroup of %s: %w", klog.KObj(tj), err)))
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Applied PodGroup", "podGroup", key)
 	return ctrl.Result{}, nil
+}
+
+// refusedError is a PodGroup write that the API server refused for what it is (a webhook's or a
+// policy's denial, a quota, an invalid field): writing it again succeeds only once the cause is
+// gone.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// refusal wraps err as a refusedError when the API server refused the write; any other error
+// (unreachable, busy, a conflict) is returned as it is and retried with backoff.
+func refusal(err error) error {
+	if err == nil || isNotOurs(err) {
+		return err
+	}
+	if permanent(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+		return &refusedError{err: err}
+	}
+	return err
+}
+
+// asObject is a PodGroup apply configuration as an object to create or apply.
+func asObject(ac runtime.ApplyConfiguration) (*unstructured.Unstructured, error) {
+	data, err := json.Marshal(ac)
+	if err != nil {
+		return nil, err
+	}
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(data); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // ownsRuntime is the gang controller's filter: runtimes whose gang policy needs a PodGroup.

@@ -140,6 +140,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err != nil {
 		return err
 	}
+	reports := newGangReports()
 	for _, fw := range frameworks {
 		r := &TrainJobReconciler{
 			client:             mgr.GetClient(),
@@ -151,6 +152,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			frameworks:         frameworks,
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
 			progress:           opts.Progress,
+			gangReports:        reports,
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
 		// A new JobSet needs nothing more of its TrainJob: the controller created it and wrote so
@@ -162,15 +164,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, opts).
 			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)),
 				builder.WithPredicates(predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool { return hasStatus(e.Object) }}))
-		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob.
+		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob, and
+		// so does the gang controller's report of what keeps it from writing it.
 		for _, pg := range podGroups {
 			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))
+		}
+		if len(podGroups) > 0 {
+			b = b.WatchesRawSource(reports.source(owns))
 		}
 		if err := b.Complete(r); err != nil {
 			return err
 		}
 	}
-	g := &GangReconciler{client: mgr.GetClient(), frameworks: frameworks}
+	g := &GangReconciler{client: mgr.GetClient(), frameworks: frameworks, reports: reports}
 	owns := ownsTrainJob(g.client, g.ownsRuntime)
 	b := newController(mgr, gangController, owns, g.ownsRuntime, opts)
 	// A new PodGroup is the gang controller's own doing, or a restarted manager's listing, which

@@ -29,13 +29,7 @@ const maxMessageLength = 32768
 
 // setCondition sets a condition of the TrainJob's status in memory for its current generation.
 func setCondition(tj *trainer.TrainJob, condType string, status metav1.ConditionStatus, reason, message string) {
-	if len(message) > maxMessageLength {
-		cut := maxMessageLength - len("...")
-		for cut > 0 && !utf8.RuneStart(message[cut]) { // Never cut a character in two.
-			cut--
-		}
-		message = message[:cut] + "..."
-	}
+	message = truncate(message, maxMessageLength)
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
@@ -46,6 +40,19 @@ func setCondition(tj *trainer.TrainJob, condType string, status metav1.Condition
 	slices.SortStableFunc(tj.Status.Conditions, func(a, b metav1.Condition) int {
 		return rank(a.Type) - rank(b.Type)
 	})
+}
+
+// truncate cuts s to at most n bytes, ending it with "..." when it was cut. A message says the
+// field and the reason first, so that its beginning is what matters.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) { // Never cut a character in two.
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 func rank(condType string) int {

@@ -58,6 +58,8 @@ type TrainJobReconciler struct {
 	runtimeGracePeriod time.Duration
 	// progress is the endpoint whose wiring every JobSet gets, or nil.
 	progress *progress.Endpoint
+	// gangReports say why the gang controller could not write a TrainJob's PodGroup.
+	gangReports *gangReports
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -122,14 +124,21 @@ func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.Tra
 func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 
-	// 1. Read the JobSet the TrainJob already has, if any.
+	// 1. Read the JobSet the TrainJob already has, if any. A JobSet that finished decides how
+	// the TrainJob ends, whatever its deletion state, and is never written again. A TrainJob
+	// whose JobSet is gone after its pods may have run is not run again.
 	js, err := r.jobSet(ctx, tj)
 	switch {
 	case err != nil:
 		return ctrl.Result{}, err
 	case js != nil && !metav1.IsControlledBy(js, tj):
-		setForeignJobSet(tj, js)
+		setNotOurs(tj, notOurs(r.client, js))
 		return ctrl.Result{}, nil
+	case js != nil && js.Status.TerminalState != "":
+		setJobSetStatus(tj, js)
+		return ctrl.Result{}, nil
+	case js == nil && mayHaveRun(tj):
+		return r.jobSetGone(ctx, tj)
 	}
 
 	jobSetWasSuspended := js != nil && ptr.Deref(js.Spec.Suspend, false)
@@ -184,7 +193,8 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	suspend := ptr.Deref(tj.Spec.Suspend, false)
 	switch {
 	case js != nil && js.DeletionTimestamp != nil:
-		// Being deleted, to be created again (below): its deletion queues the TrainJob.
+		// Being deleted: to be created again (below) if its pods never ran. Its deletion queues
+		// the TrainJob.
 		return ctrl.Result{}, nil
 	case js == nil || (jobSetWasSuspended && !framework.Built(js, tj)):
 		if rt == nil {
@@ -210,10 +220,14 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				return ctrl.Result{}, err
 			}
 		}
-		err = r.write(ctx, children, js)
+		err = r.write(ctx, tj, children, js)
 		switch {
 		case errors.Is(err, errJobSetExists):
 			return r.jobSetNotSeen(ctx, tj)
+		case isNotOurs(err):
+			// Not watched (the operator may not read Secrets): looked at again shortly.
+			setNotOurs(tj, err)
+			return ctrl.Result{RequeueAfter: notOursRetry}, nil
 		case js != nil && apierrors.IsInvalid(err):
 			// JobSet lets a suspended JobSet change only its pods' labels, annotations, node
 			// selector, tolerations and scheduling gates. Other changes make a new one.
@@ -234,6 +248,12 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			js = &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Annotations: children.JobSet.Annotations}}
 		}
 	case ptr.Deref(js.Spec.Suspend, false) != suspend:
+		// A JobSet is never resumed before its gang's PodGroup exists at the TrainJob's size.
+		if !suspend && rt != nil {
+			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		if err := r.setJobSetSuspend(ctx, js, suspend); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -291,18 +311,50 @@ func (r *TrainJobReconciler) jobSetNotSeen(ctx context.Context, tj *trainer.Trai
 	case err != nil:
 		return ctrl.Result{}, err
 	case !metav1.IsControlledBy(js, tj):
-		setForeignJobSet(tj, js)
+		setNotOurs(tj, notOurs(r.client, js))
 		return ctrl.Result{}, nil
 	default:
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 }
 
-// setForeignJobSet says that the TrainJob cannot have its JobSet: one of its name is someone
-// else's.
-func setForeignJobSet(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
-	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
-		fmt.Sprintf("JobSet %q already exists and does not belong to this TrainJob", js.Name))
+// setNotOurs says that the TrainJob waits for an object of a child's name that is not its own.
+func setNotOurs(tj *trainer.TrainJob, err error) {
+	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobObjectNotOwnedReason, err.Error())
+}
+
+// notOursRetry is how soon a TrainJob that waits for an object of a child's name that is not its
+// own, and that the operator does not watch, looks again.
+const notOursRetry = 2 * time.Second
+
+// mayHaveRun reports whether the TrainJob's pods may have run: its JobSet was created (Created
+// is True) and its status last saw it not suspended. Its JobSet is never created again then: a
+// second JobSet would run the training a second time. A suspended TrainJob's JobSet may be made
+// again (the operator itself deletes a suspended JobSet that cannot take an edit).
+func mayHaveRun(tj *trainer.TrainJob) bool {
+	return apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated) &&
+		!ptr.Deref(tj.Spec.Suspend, false) &&
+		!apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended)
+}
+
+// jobSetGone handles a TrainJob whose pods may have run and whose JobSet the cache does not have.
+// The cache may lag (the JobSet was created a moment ago, or the manager just started): the API
+// server says. A JobSet that is gone was deleted before the TrainJob saw it finish: the TrainJob
+// fails, as its outcome is unknown, rather than run a second time.
+func (r *TrainJobReconciler) jobSetGone(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
+	js := &jobsetv1alpha2.JobSet{}
+	err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), js)
+	switch {
+	case err == nil:
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil // The cache has not seen it yet.
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	}
+	setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobJobSetDeletedReason,
+		fmt.Sprintf("JobSet %q was deleted before it finished, after its pods may have run: the training is not run a second time. "+
+			"Create the TrainJob again to run it again", tj.Name))
+	setRunning(tj, 0, 0)
+	return ctrl.Result{}, nil
 }
 
 // permanent reports whether the API server refused a write for what was written, so that the
@@ -327,22 +379,23 @@ func (r *TrainJobReconciler) recreate(ctx context.Context, js *jobsetv1alpha2.Jo
 	return nil
 }
 
-// waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that does not exist yet,
-// or was built from an older spec of the TrainJob. The gang controller writes it, and that
-// queues the TrainJob again. A PodGroup kind
-// whose CRD is not installed cannot be waited for: the TrainJob is told so.
+// waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that is not there yet, or
+// was built from an older spec of the TrainJob, or is not the TrainJob's. The gang controller
+// writes it, and that queues the TrainJob again; what keeps it from writing it (a refusal, a
+// PodGroup of the name that is someone else's), it reports, and the TrainJob says. A PodGroup
+// kind whose CRD is not installed cannot be waited for: the TrainJob is told so.
 func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime) (bool, error) {
 	pg := gang.PodGroupObject(rt.Spec.PodGroupPolicy)
 	if pg == nil {
 		return false, nil
 	}
 	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), pg); {
-	case err == nil && framework.Built(pg, tj):
+	case err == nil && ours(pg, tj) && framework.Built(pg, tj):
 		return false, nil
-	case err == nil:
-		ctrl.LoggerFrom(ctx).V(2).Info("Waiting for the PodGroup to be resized")
-		return true, nil
-	case apierrors.IsNotFound(err):
+	case err == nil, apierrors.IsNotFound(err):
+		if report, ok := r.gangReports.get(tj); ok {
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, report.reason, report.message)
+		}
 		ctrl.LoggerFrom(ctx).V(2).Info("Waiting for the PodGroup")
 		return true, nil
 	case apimeta.IsNoMatchError(err):
@@ -362,33 +415,29 @@ var errJobSetExists = errors.New("the JobSet exists")
 
 // write writes the children, the JobSet last, so that its pods find what they mount. The first
 // time (js is nil: the cache has no JobSet), the JobSet is created, which fails with
-// errJobSetExists if there is one after all; children that are created once are created only
-// then, never again. A JobSet is written again, with server-side apply, only to rebuild it.
-func (r *TrainJobReconciler) write(ctx context.Context, children *build.Children, js *jobsetv1alpha2.JobSet) error {
+// errJobSetExists if there is one after all; the children beside it are created then, and only
+// then (createChild: an object of a child's name is used only if it is the TrainJob's own). A
+// JobSet is written again, with server-side apply, only to rebuild it.
+func (r *TrainJobReconciler) write(ctx context.Context, tj *trainer.TrainJob, children *build.Children, js *jobsetv1alpha2.JobSet) error {
+	owner := client.FieldOwner(fieldManager(r.framework))
 	if js == nil {
 		for _, obj := range children.Create {
-			err := r.client.Create(ctx, obj, client.FieldOwner(fieldManager(r.framework)))
-			if apierrors.IsAlreadyExists(err) {
-				err = r.adopt(ctx, obj)
-			}
-			if err != nil {
+			if _, err := createChild(ctx, r.client, tj, obj, owner); err != nil {
+				if isNotOurs(err) {
+					return err
+				}
 				return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
 			}
 		}
-	}
-	owner := client.FieldOwner(fieldManager(r.framework))
-	for _, ac := range children.Apply {
-		if err := r.client.Apply(ctx, ac, owner, client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %T: %w", ac, err)
-		}
-	}
-	if js == nil {
 		return r.create(ctx, children.JobSet)
 	}
-	if err := r.takeOverCreatedFields(ctx, js); err != nil {
+	version, err := r.takeOverCreatedFields(ctx, tj, js)
+	if err != nil {
 		return err
 	}
-	if err := r.client.Apply(ctx, children.JobSet, owner, client.ForceOwnership); err != nil {
+	// The apply carries the resourceVersion of the JobSet proven the TrainJob's: it never creates
+	// a JobSet (one deleted meanwhile) nor changes one made meanwhile by someone else.
+	if err := r.client.Apply(ctx, children.JobSet.WithResourceVersion(version), owner, client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying JobSet %q: %w", *children.JobSet.Name, err)
 	}
 	return nil
@@ -437,39 +486,25 @@ func (r *TrainJobReconciler) create(ctx context.Context, ac *jobsetac.JobSetAppl
 // the JobSet's managed fields to the controller's server-side apply entry, so that an apply
 // which no longer sets a field removes it, as if the JobSet had been applied from the start.
 // client-go's csaupgrade does exactly this for client-side apply. The cache holds no managed
-// fields: the JobSet is read from the API server, in this rare step only.
-func (r *TrainJobReconciler) takeOverCreatedFields(ctx context.Context, js *jobsetv1alpha2.JobSet) error {
+// fields: the JobSet is read from the API server, in this rare step only. It returns the
+// resourceVersion of the JobSet, still the TrainJob's, after the change.
+func (r *TrainJobReconciler) takeOverCreatedFields(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (string, error) {
 	live := &jobsetv1alpha2.JobSet{}
 	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(js), live); err != nil {
-		return fmt.Errorf("reading JobSet %s: %w", klog.KObj(js), err)
+		return "", fmt.Errorf("reading JobSet %s: %w", klog.KObj(js), err)
+	}
+	if !ours(live, tj) {
+		return "", apierrors.NewConflict(jobsetv1alpha2.Resource("jobsets"), js.Name, errors.New("the JobSet changed hands or is being deleted"))
 	}
 	manager := fieldManager(r.framework)
 	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(manager), manager)
 	if err != nil || patch == nil {
-		return err
+		return live.ResourceVersion, err
 	}
 	if err := r.client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
-		return fmt.Errorf("taking over the fields of JobSet %s: %w", klog.KObj(js), err)
+		return "", fmt.Errorf("taking over the fields of JobSet %s: %w", klog.KObj(js), err)
 	}
-	return nil
-}
-
-// adopt makes a child that already exists belong to the TrainJob: it gets the owner references
-// of the one built. It is left over from an earlier TrainJob of the same name, deleted a moment
-// ago, and the garbage collector would soon delete it under the new TrainJob's pods; its content
-// (MPI's key pair) serves the new TrainJob as well. The operator does not read it (it may not read
-// Secrets): a merge patch replaces the owner references whatever they were. If it went meanwhile,
-// it is created.
-func (r *TrainJobReconciler) adopt(ctx context.Context, obj client.Object) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": obj.GetOwnerReferences()}})
-	if err != nil {
-		return err
-	}
-	err = r.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager(r.framework)))
-	if apierrors.IsNotFound(err) {
-		return r.client.Create(ctx, obj, client.FieldOwner(fieldManager(r.framework)))
-	}
-	return err
+	return live.ResourceVersion, nil
 }
 
 // managedTrainJob reads the TrainJob of a request, or returns nil when there is nothing to do for

@@ -5,7 +5,6 @@ package framework
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -64,12 +63,9 @@ type Draft struct {
 	// to it before Apply runs.
 	NumNodes int32
 
-	// Apply are children written with server-side apply before the JobSet, such as MPI's
-	// hostfile ConfigMap.
-	Apply []runtime.ApplyConfiguration
-
-	// Create are children created once, before the JobSet is first created, and never written
-	// or read again, such as MPI's SSH key Secret.
+	// Create are children created before the JobSet is created, such as MPI's SSH key Secret
+	// and hostfile ConfigMap, and never read. A ConfigMap is written again when its JobSet is
+	// created again.
 	Create []client.Object
 
 	trainerJob, trainerContainer int

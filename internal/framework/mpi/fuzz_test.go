@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"testing"
 
@@ -36,10 +37,8 @@ func FuzzHostfile(f *testing.F) {
 			return // Refused: a name JobSet cannot use, an implementation it does not know.
 		}
 		var hostfile string
-		for _, ac := range children.Apply {
-			if cm := utiltesting.FromApplyConfiguration[struct {
-				Data map[string]string `json:"data"`
-			}](t, ac); cm.Data[HostfileKey] != "" {
+		for _, obj := range children.Create {
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
 				hostfile = cm.Data[HostfileKey]
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -72,15 +72,18 @@ func hostfile(b *framework.Draft, impl trainer.MPIImplementation, slots, nodePod
 	return s.String()
 }
 
-// addHostfile applies the hostfile as a ConfigMap, mounts it in the launcher's trainer container
+// addHostfile creates the hostfile as a ConfigMap, mounts it in the launcher's trainer container
 // and points mpirun at it with env. Only the launcher runs mpirun, so only it gets the hostfile.
 func addHostfile(b *framework.Draft, text, env string) {
 	tj := b.TrainJob
 	name := tj.Name + HostfileConfigMapSuffix
-	b.Apply = append(b.Apply, corev1ac.ConfigMap(name, tj.Namespace).
-		WithLabels(b.Labels()).
-		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
-		WithData(map[string]string{HostfileKey: text}))
+	b.Create = append(b.Create, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: tj.Namespace, Labels: b.Labels(),
+			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
+		},
+		Data: map[string]string{HostfileKey: text},
+	})
 
 	pod := &b.TrainerJob().Template.Spec.Template.Spec
 	pod.Volumes = upsert.ByKey(pod.Volumes, upsert.VolumeName, corev1.Volume{

@@ -98,7 +98,6 @@ func slotsOf(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) string {
 // wantHostfile is the hostfile ConfigMap of the TrainJob "mnist" as the API server would store it.
 func wantHostfile(hostfile string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      "mnist-mpi-hostfile",
 			Namespace: "ns",
@@ -330,12 +329,11 @@ func TestMPI(t *testing.T) {
 			if diff := cmp.Diff(tc.want(trainJobBefore, *runtimeBefore), got); diff != "" {
 				t.Errorf("JobSet (-want +got):\n%s", diff)
 			}
-			require.Len(t, children.Apply, 1, "the hostfile ConfigMap is the only child applied beside the JobSet")
-			if diff := cmp.Diff(wantHostfile(tc.wantHostfile), utiltesting.FromApplyConfiguration[corev1.ConfigMap](t, children.Apply[0])); diff != "" {
+			require.Len(t, children.Create, 2, "the SSH key Secret and the hostfile ConfigMap are the children beside the JobSet")
+			require.IsType(t, &corev1.Secret{}, children.Create[0])
+			if diff := cmp.Diff(wantHostfile(tc.wantHostfile), children.Create[1]); diff != "" {
 				t.Errorf("hostfile ConfigMap (-want +got):\n%s", diff)
 			}
-			require.Len(t, children.Create, 1, "the SSH key Secret is the only child created once")
-			require.IsType(t, &corev1.Secret{}, children.Create[0])
 			if diff := cmp.Diff(runtimeBefore, &tc.runtime); diff != "" {
 				t.Errorf("building changed the runtime (-before +after):\n%s", diff)
 			}

@@ -20,7 +20,7 @@ func TestSSHAuthSecret(t *testing.T) {
 	secret := func() *corev1.Secret {
 		children, err := buildMPI(trainJob().Obj(), mpiRuntime(2, openMPI(1)).Obj())
 		require.NoError(t, err)
-		require.Len(t, children.Create, 1)
+		require.Len(t, children.Create, 2)
 		return children.Create[0].(*corev1.Secret)
 	}
 	got := secret()

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,7 +16,6 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/framework"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
@@ -162,7 +160,7 @@ func TestMPIRuntime(t *testing.T) {
 	hostfile := &corev1.ConfigMap{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pi-mpi-hostfile"}, hostfile))
 	assert.Equal(t, "pi-node-0-0.pi slots=2\npi-node-0-1.pi slots=2\n", hostfile.Data["hostfile"])
-	assert.Equal(t, []string{"trainer.kubeflow.org/mpi/Apply"}, managers(hostfile))
+	assert.Equal(t, []string{"trainer.kubeflow.org/mpi/Update"}, managers(hostfile))
 	secret := &corev1.Secret{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pi-mpi-ssh-auth"}, secret))
 	assert.Equal(t, corev1.SecretTypeSSHAuth, secret.Type)
@@ -197,33 +195,3 @@ func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	return current
 }
 
-// TestMPISecretLeftByAnEarlierOwnerIsTakenOver finds, when the TrainJob is created, a Secret of
-// its name that belongs to something else, as one left by a TrainJob of the same name deleted a
-// moment before does: the TrainJob takes it over, so the garbage collector does not delete it
-// from under its pods when its old owner goes.
-func TestMPISecretLeftByAnEarlierOwnerIsTakenOver(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	oldOwner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "old-owner", Namespace: ns}}
-	require.NoError(t, k8sClient.Create(ctx, oldOwner))
-	leftover := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "pi-mpi-ssh-auth", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "ConfigMap", Name: oldOwner.Name, UID: oldOwner.UID, Controller: ptr.To(true),
-		}}},
-		Type: corev1.SecretTypeSSHAuth,
-		Data: map[string][]byte{corev1.SSHAuthPrivateKey: []byte("key")},
-	}
-	require.NoError(t, k8sClient.Create(ctx, leftover))
-
-	tj := utiltesting.MakeTrainJob("pi", ns).NumNodes(2).Obj()
-	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"}
-	require.NoError(t, k8sClient.Create(ctx, tj))
-	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
-	secret := &corev1.Secret{}
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(leftover), secret))
-	assert.Equal(t, []metav1.OwnerReference{framework.OwnerReference(got(t, tj))}, secret.OwnerReferences)
-
-	require.NoError(t, k8sClient.Delete(ctx, oldOwner))
-	time.Sleep(3 * time.Second) // The garbage collector has seen the old owner go by now.
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(leftover), secret), "the Secret was garbage-collected under the TrainJob")
-}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -148,4 +149,123 @@ func TestGangTrainJobThatCannotBeBuiltSaysSo(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
 	})
 	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "spec.podSpecOverrides[0].targetJobs[0]")
+}
+
+// refusePodGroups makes the API server refuse the given operations on coscheduling PodGroups in
+// namespace ns, with message, as a closed queue's webhook, a quota or a cluster policy would: a
+// ValidatingAdmissionPolicy. It returns once the refusal is in force, and the function that lifts
+// it.
+func refusePodGroups(t *testing.T, ns, message string, operations ...admissionregistrationv1.OperationType) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-podgroups-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: operations,
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"scheduling.x-k8s.io"}, APIVersions: []string{"v1alpha1"},
+						Resources: []string{"podgroups"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: message}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: ns},
+			}},
+		},
+	}
+	require.NoError(t, k8sClient.Create(ctx, policy))
+	require.NoError(t, k8sClient.Create(ctx, binding))
+	lift = func() {
+		require.NoError(t, client.IgnoreNotFound(k8sClient.Delete(ctx, binding)))
+		require.NoError(t, client.IgnoreNotFound(k8sClient.Delete(ctx, policy)))
+	}
+	t.Cleanup(lift)
+	// In force once a dry-run create of a PodGroup in the namespace is refused with the message
+	// (every policy here refuses creates too).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		probe := &schedulerpluginsv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}
+		err := k8sClient.Create(ctx, probe, client.DryRunAll)
+		assert.ErrorContains(c, err, message)
+	}, timeout, interval, "the policy is not in force")
+	return lift
+}
+
+// TestARefusedPodGroupIsReportedAndTriedAgain: the API server refuses the gang's PodGroup (here a
+// policy; a closed Volcano queue or a quota alike). The TrainJob says so, in its Created
+// condition with the API server's reason and a Warning event, and goes on, without a restart,
+// once the refusal is lifted.
+func TestARefusedPodGroupIsReportedAndTriedAgain(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	const reason = "queue research is closed"
+	lift := refusePodGroups(t, ns, reason, admissionregistrationv1.Create, admissionregistrationv1.Update)
+	tj := utiltesting.MakeTrainJob("refused", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobPodGroupCreationFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, reason)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, tj), "Warning/"+trainer.TrainJobPodGroupCreationFailedReason)
+	}, timeout, interval)
+	assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})),
+		"the JobSet was made without its gang's PodGroup")
+
+	lift()
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &schedulerpluginsv1alpha1.PodGroup{}))
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+}
+
+// TestAGangIsNeverResumedBeforeItsPodGroupIsResized: a suspended gang TrainJob is resized and
+// resumed (as Kueue does) while its PodGroup cannot be resized yet. Its JobSet stays suspended,
+// with the TrainJob saying why, until the PodGroup has the TrainJob's size: part of a gang never
+// starts and holds nodes.
+func TestAGangIsNeverResumedBeforeItsPodGroupIsResized(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Suspend(true).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	pg := &schedulerpluginsv1alpha1.PodGroup{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+		assert.Equal(c, int32(2), pg.Spec.MinMember)
+	}, timeout, interval)
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	lift := refusePodGroups(t, ns, "quota exceeded", admissionregistrationv1.Create, admissionregistrationv1.Update)
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)} })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To[int32](4), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	})
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobPodGroupCreationFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "quota exceeded")
+	assertNever(t, func() bool {
+		js := &jobsetv1alpha2.JobSet{}
+		return k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js) == nil && !ptr.Deref(js.Spec.Suspend, false)
+	}, "the JobSet was resumed while its PodGroup still had the old size")
+
+	lift()
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
+	})
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+	assert.Equal(t, int32(4), pg.Spec.MinMember)
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -447,9 +448,10 @@ func squat(t *testing.T, ns, runtime, name string, labels map[string]string) (*j
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
-		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobObjectNotOwnedReason)
 	})
-	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "does not belong to this TrainJob")
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
+		fmt.Sprintf("JobSet %q exists and is not this TrainJob's", name))
 	after := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), after))
 	assert.Empty(t, after.OwnerReferences, "the JobSet was taken over")

@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// holdFinalizer keeps an object that is being deleted, as another controller's finalizer would.
+const holdFinalizer = "test.trainer.kubeflow.org/hold"
+
+// mpiTrainJob is a TrainJob of the shipped MPI runtime.
+func mpiTrainJob(name, ns string) *trainer.TrainJob {
+	tj := utiltesting.MakeTrainJob(name, ns).NumNodes(2).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"}
+	return tj
+}
+
+// waitsFor waits until the TrainJob says that it waits for an object of a child's name that is
+// not its own, naming it, and checks that it has no JobSet.
+func waitsFor(t *testing.T, tj *trainer.TrainJob, kind, name string) {
+	t.Helper()
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobObjectNotOwnedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
+		fmt.Sprintf("%s %q exists and is not this TrainJob's", kind, name))
+	assert.True(t, apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})),
+		"a JobSet was made beside an object that is not the TrainJob's")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, tj), "Warning/"+trainer.TrainJobObjectNotOwnedReason)
+	}, timeout, interval)
+}
+
+// TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched creates, before the TrainJob, an
+// object of the name of one of its children that someone else made: a user's Secret or ConfigMap,
+// planted SSH keys, a user's PodGroup (with and without the operator's label, which puts it in
+// the operator's cache), and one an earlier TrainJob of the same name left whose old owner still
+// exists. The operator never changes, mounts or deletes it: the TrainJob says it waits, naming
+// it, and goes on with its own once it is gone.
+func TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]struct {
+		trainJob func(ns string) *trainer.TrainJob
+		// object is what was there first, in namespace ns, owned by owner when it is set.
+		object func(ns string, owner *metav1.OwnerReference) client.Object
+		kind   string
+		// leftover makes the object a leftover of an earlier TrainJob of the same name.
+		leftover bool
+	}{
+		"a user's Secret of the MPI key Secret's name (planted SSH keys)": {
+			trainJob: func(ns string) *trainer.TrainJob { return mpiTrainJob("pi", ns) },
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pi-mpi-ssh-auth", Namespace: ns},
+					Type: corev1.SecretTypeSSHAuth, Data: map[string][]byte{corev1.SSHAuthPrivateKey: []byte("attacker's key")}}
+			},
+			kind: "Secret",
+		},
+		"a leftover Secret of an earlier TrainJob of the same name": {
+			trainJob: func(ns string) *trainer.TrainJob { return mpiTrainJob("pi", ns) },
+			object: func(ns string, owner *metav1.OwnerReference) client.Object {
+				return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pi-mpi-ssh-auth", Namespace: ns, OwnerReferences: []metav1.OwnerReference{*owner}},
+					Type: corev1.SecretTypeSSHAuth, Data: map[string][]byte{corev1.SSHAuthPrivateKey: []byte("old key")}}
+			},
+			kind:     "Secret",
+			leftover: true,
+		},
+		"a user's ConfigMap of the hostfile's name": {
+			trainJob: func(ns string) *trainer.TrainJob { return mpiTrainJob("pi", ns) },
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pi-mpi-hostfile", Namespace: ns}, Data: map[string]string{"mine": "yes"}}
+			},
+			kind: "ConfigMap",
+		},
+		"a user's PodGroup of the gang's name": {
+			trainJob: func(ns string) *trainer.TrainJob {
+				gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+				return utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+			},
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &schedulerpluginsv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: ns},
+					Spec: schedulerpluginsv1alpha1.PodGroupSpec{MinMember: 7}}
+			},
+			kind: "PodGroup",
+		},
+		"a user's PodGroup of the gang's name with the operator's label": {
+			trainJob: func(ns string) *trainer.TrainJob {
+				gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+				return utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+			},
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &schedulerpluginsv1alpha1.PodGroup{
+					ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: ns, Labels: map[string]string{trainer.TrainJobNameLabel: "gang"}},
+					Spec:       schedulerpluginsv1alpha1.PodGroupSpec{MinMember: 7}}
+			},
+			kind: "PodGroup",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ns := newNamespace(t)
+			// The old owner is what the leftover's owner reference points to, standing in for
+			// the earlier TrainJob, which the garbage collector finds still there.
+			oldOwner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "old-owner", Namespace: ns}}
+			require.NoError(t, k8sClient.Create(ctx, oldOwner))
+			ref := &metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: oldOwner.Name, UID: oldOwner.UID, Controller: ptr.To(true)}
+			obj := tc.object(ns, ref)
+			require.NoError(t, k8sClient.Create(ctx, obj))
+			before := obj.DeepCopyObject().(client.Object)
+			tj := tc.trainJob(ns)
+			require.NoError(t, k8sClient.Create(ctx, tj))
+
+			waitsFor(t, tj, tc.kind, obj.GetName())
+			time.Sleep(time.Second) // What the operator does wrong, it does at once.
+			after := obj.DeepCopyObject().(client.Object)
+			require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), after))
+			assert.Equal(t, before.GetResourceVersion(), after.GetResourceVersion(), "the object was changed")
+			assert.Equal(t, before.GetOwnerReferences(), after.GetOwnerReferences(), "the object was taken over")
+
+			// Once it is gone (a leftover: its old owner went and the garbage collector deleted
+			// it), the TrainJob makes its own and goes on.
+			if tc.leftover {
+				require.NoError(t, k8sClient.Delete(ctx, oldOwner))
+			} else {
+				require.NoError(t, k8sClient.Delete(ctx, obj))
+			}
+			js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+			tj = got(t, tj)
+			assert.True(t, metav1.IsControlledBy(js, tj))
+			mine := obj.DeepCopyObject().(client.Object)
+			require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), mine))
+			assert.NotEqual(t, obj.GetUID(), mine.GetUID(), "the object that was not the TrainJob's is used")
+			assert.True(t, metav1.IsControlledBy(mine, tj))
+			waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+				conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+			})
+		})
+	}
+}
+
+// TestADyingSecretOfAnEarlierTrainJobIsNotUsed deletes an MPI TrainJob and creates it again while
+// its Secret is still held by a finalizer, being deleted: the new TrainJob waits, saying so,
+// rather than mount a Secret that is about to vanish, and makes its own once the old one is gone.
+func TestADyingSecretOfAnEarlierTrainJobIsNotUsed(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	first := mpiTrainJob("again", ns)
+	require.NoError(t, k8sClient.Create(ctx, first))
+	waitForJobSet(t, first, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: ns, Name: "again-mpi-ssh-auth"}
+	require.NoError(t, k8sClient.Get(ctx, key, secret))
+	secret.Finalizers = append(secret.Finalizers, holdFinalizer)
+	require.NoError(t, k8sClient.Update(ctx, secret))
+
+	require.NoError(t, k8sClient.Delete(ctx, got(t, first)))
+	require.Eventually(t, gone(first), timeout, interval, "the first TrainJob was not deleted")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		dying := &corev1.Secret{}
+		require.NoError(c, k8sClient.Get(ctx, key, dying))
+		assert.NotNil(c, dying.DeletionTimestamp, "the garbage collector has not deleted the old Secret")
+	}, timeout, interval)
+
+	second := mpiTrainJob("again", ns)
+	require.NoError(t, k8sClient.Create(ctx, second))
+	waitsFor(t, second, "Secret", key.Name)
+
+	require.NoError(t, k8sClient.Get(ctx, key, secret))
+	secret.Finalizers = nil
+	require.NoError(t, k8sClient.Update(ctx, secret))
+	waitForJobSet(t, second, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	mine := &corev1.Secret{}
+	require.NoError(t, k8sClient.Get(ctx, key, mine))
+	assert.NotEqual(t, secret.UID, mine.UID)
+	assert.True(t, metav1.IsControlledBy(mine, got(t, second)))
+}

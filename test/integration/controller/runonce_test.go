@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// No training runs twice: these tests delete a TrainJob's JobSet in the ways that happen (a
+// finalizer holding it while it finishes, a user, a deletion while no manager runs) and check
+// that the TrainJob never gets a second JobSet once its pods may have run.
+
+// noSecondJobSet checks for two seconds that the TrainJob gets no JobSet after first's.
+func noSecondJobSet(t *testing.T, tj *trainer.TrainJob, first *jobsetv1alpha2.JobSet) {
+	t.Helper()
+	assertNever(t, func() bool {
+		js := &jobsetv1alpha2.JobSet{}
+		return k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js) == nil && js.UID != first.UID
+	}, "a second JobSet was created: the training would run again")
+}
+
+// TestAJobSetThatFinishesWhileBeingDeletedFinishesTheTrainJob: a JobSet held by a finalizer
+// (another controller's, or a foreground deletion's) reaches its terminal state while it is
+// being deleted, as one deleted by JobSet's ttlSecondsAfterFinished does. The TrainJob takes that
+// state, and gets no new JobSet once the old one is gone.
+func TestAJobSetThatFinishesWhileBeingDeletedFinishesTheTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("ttl", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	js.Finalizers = append(js.Finalizers, holdFinalizer)
+	require.NoError(t, k8sClient.Update(ctx, js))
+	require.NoError(t, k8sClient.Delete(ctx, js))
+
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
+		TerminalState: string(jobsetv1alpha2.JobSetCompleted),
+		Conditions: []metav1.Condition{{Type: string(jobsetv1alpha2.JobSetCompleted), Status: metav1.ConditionTrue,
+			Reason: "AllJobsCompleted", Message: "jobset completed successfully", LastTransitionTime: metav1.Now()}},
+	})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted")
+	})
+
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(js), js))
+	js.Finalizers = nil
+	require.NoError(t, k8sClient.Update(ctx, js))
+	require.Eventually(t, gone(js), timeout, interval)
+	noSecondJobSet(t, tj, js)
+}
+
+// TestAJobSetDeletedAfterItsPodsMayHaveRunIsNotCreatedAgain: a running TrainJob's JobSet deleted
+// before it finished (by a user, or by JobSet's TTL while no manager saw it finish) fails the
+// TrainJob, saying so, instead of running the training a second time; also when the deletion
+// happens while the manager is down, and its cache is new when it starts. A suspended TrainJob's
+// JobSet, whose pods do not run, is made again.
+func TestAJobSetDeletedAfterItsPodsMayHaveRunIsNotCreatedAgain(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	running := utiltesting.MakeTrainJob("running", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	whileDown := utiltesting.MakeTrainJob("while-down", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	suspended := utiltesting.MakeTrainJob("suspended", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
+	jobSets := map[string]*jobsetv1alpha2.JobSet{}
+	for _, tj := range []*trainer.TrainJob{running, whileDown, suspended} {
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		jobSets[tj.Name] = waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+		waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+			conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+		})
+	}
+
+	require.NoError(t, k8sClient.Delete(ctx, jobSets["running"]))
+	stopManager()
+	require.NoError(t, k8sClient.Delete(ctx, jobSets["while-down"]))
+	require.Eventually(t, gone(jobSets["while-down"]), timeout, interval)
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+
+	for _, tj := range []*trainer.TrainJob{running, whileDown} {
+		got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+			conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobJobSetDeletedReason)
+		})
+		assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "not run a second time")
+		noSecondJobSet(t, tj, jobSets[tj.Name])
+	}
+
+	require.NoError(t, k8sClient.Delete(ctx, jobSets["suspended"]))
+	again := waitForJobSet(t, suspended, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.NotEqual(c, jobSets["suspended"].UID, js.UID)
+	})
+	assert.Equal(t, ptr.To(true), again.Spec.Suspend)
+}
