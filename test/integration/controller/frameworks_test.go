@@ -194,4 +194,3 @@ func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), current))
 	return current
 }
-
