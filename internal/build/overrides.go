@@ -20,6 +20,10 @@ type podPatch struct {
 	path  *field.Path // where patch is in the TrainJob
 	jobs  []int       // the replicated jobs it changes, as indexes into the JobSet's
 	patch *trainer.PodSpecPatch
+	// runtimePatch is true for a patch of spec.runtimePatches, whose tolerations replace the
+	// pod's (a pod spec's tolerations are an atomic list, as upstream Trainer merges them), where
+	// those of spec.podSpecOverrides are added (KEP-2170).
+	runtimePatch bool
 }
 
 // podPatches lists the TrainJob's pod patches in the order they apply: spec.podSpecOverrides,
@@ -52,9 +56,10 @@ func podPatches(b *framework.Draft) ([]podPatch, field.ErrorList) {
 	jobErrs := forEachJobPatch(b, func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path) {
 		if t := patch.Template; t != nil && t.Spec != nil && t.Spec.Template != nil && t.Spec.Template.Spec != nil {
 			patches = append(patches, podPatch{
-				path:  path.Child("template", "spec", "template", "spec"),
-				jobs:  []int{job},
-				patch: t.Spec.Template.Spec,
+				path:         path.Child("template", "spec", "template", "spec"),
+				jobs:         []int{job},
+				patch:        t.Spec.Template.Spec,
+				runtimePatch: true,
 			})
 		}
 	})
@@ -105,13 +110,14 @@ func applyPodPatches(b *framework.Draft) error {
 		for _, j := range p.jobs {
 			job := &b.JobSet.Spec.ReplicatedJobs[j]
 			where := fmt.Sprintf("replicated job %q of %s", job.Name, b.Runtime)
-			errs = append(errs, patchPodSpec(&job.Template.Spec.Template.Spec, p.patch, p.path, where)...)
+			errs = append(errs, patchPodSpec(&job.Template.Spec.Template.Spec, p, where)...)
 		}
 	}
 	return errs.ToAggregate()
 }
 
-func patchPodSpec(spec *corev1.PodSpec, p *trainer.PodSpecPatch, path *field.Path, where string) field.ErrorList {
+func patchPodSpec(spec *corev1.PodSpec, pp podPatch, where string) field.ErrorList {
+	p, path := pp.patch, pp.path
 	if p.ServiceAccountName != nil {
 		spec.ServiceAccountName = *p.ServiceAccountName
 	}
@@ -127,7 +133,11 @@ func patchPodSpec(spec *corev1.PodSpec, p *trainer.PodSpecPatch, path *field.Pat
 	if p.SecurityContext != nil {
 		spec.SecurityContext = p.SecurityContext
 	}
-	spec.Tolerations = append(spec.Tolerations, p.Tolerations...)
+	if pp.runtimePatch && p.Tolerations != nil {
+		spec.Tolerations = p.Tolerations
+	} else {
+		spec.Tolerations = append(spec.Tolerations, p.Tolerations...)
+	}
 	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, p.Volumes...)
 	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, p.SchedulingGates...)
 	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, p.ImagePullSecrets...)

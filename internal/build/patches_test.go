@@ -28,6 +28,7 @@ func TestRuntimePatches(t *testing.T) {
 	}
 	cases := map[string]struct {
 		trainJob *trainer.TrainJob
+		runtime  func(*corev1.PodSpec)            // changes to the runtime's node pod, if any
 		want     func(*utiltesting.JobSetWrapper) // changes from the runtime's JobSet
 		wantErr  string
 	}{
@@ -40,6 +41,19 @@ func TestRuntimePatches(t *testing.T) {
 					j.Template.Spec.Template.Labels["kueue.x-k8s.io/podset"] = "node"
 					j.Template.Spec.Template.Annotations = map[string]string{"a": "b"}
 				}).PodSpec("node", func(s *corev1.PodSpec) {
+					s.NodeSelector = flavor.NodeSelector
+					s.Tolerations = flavor.Tolerations
+					s.SchedulingGates = flavor.SchedulingGates
+				})
+			},
+		},
+		"a patch's tolerations replace the runtime's, as upstream's do": {
+			trainJob: tj().RuntimePatches(utiltesting.JobPatch(kueueManager, utiltesting.PodPatch("node", nil, flavor))).Obj(),
+			runtime: func(s *corev1.PodSpec) {
+				s.Tolerations = []corev1.Toleration{{Key: "runtime", Operator: corev1.TolerationOpExists}}
+			},
+			want: func(w *utiltesting.JobSetWrapper) {
+				w.PodSpec("node", func(s *corev1.PodSpec) {
 					s.NodeSelector = flavor.NodeSelector
 					s.Tolerations = flavor.Tolerations
 					s.SchedulingGates = flavor.SchedulingGates
@@ -114,6 +128,13 @@ func TestRuntimePatches(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			spec := fullRuntime().Obj()
+			if tc.runtime != nil {
+				for i := range spec.Template.Spec.ReplicatedJobs {
+					if job := &spec.Template.Spec.ReplicatedJobs[i]; job.Name == "node" {
+						tc.runtime(&job.Template.Spec.Template.Spec)
+					}
+				}
+			}
 			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: &spec}
 			children, err := Build(tc.trainJob, rt, stubFramework{})
 			if tc.wantErr != "" {

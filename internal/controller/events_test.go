@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
@@ -74,4 +76,38 @@ func TestWriteEventStopsWithTheManager(t *testing.T) {
 	sink := &failingSink{errs: []error{context.Canceled, context.Canceled}}
 	writeEvent(ctx, sink, &eventsv1.Event{}, logr.Discard())
 	assert.Equal(t, 1, sink.creates)
+}
+
+// recordingSink keeps the events it was asked to create.
+type recordingSink struct {
+	failingSink
+	created []*eventsv1.Event
+}
+
+func (s *recordingSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	s.created = append(s.created, event)
+	return s.failingSink.Create(ctx, event)
+}
+
+func TestANoteTooLongForTheAPIServerIsCut(t *testing.T) {
+	cases := map[string]struct {
+		note string
+		want string
+	}{
+		"short: as it is":              {note: "spec.trainer.numNodes: Invalid value", want: "spec.trainer.numNodes: Invalid value"},
+		"exactly 1 KiB":                {note: strings.Repeat("a", 1024), want: strings.Repeat("a", 1024)},
+		"long: cut at 1 KiB":           {note: "spec.x: " + strings.Repeat("b", 40000), want: "spec.x: " + strings.Repeat("b", 1024-len("spec.x: ")-3) + "..."},
+		"never a character cut in two": {note: strings.Repeat("é", 2000), want: strings.Repeat("é", 510) + "..."},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sink := &recordingSink{}
+			writeEvent(context.Background(), sink, &eventsv1.Event{Note: tc.note}, logr.Discard())
+			if assert.Len(t, sink.created, 1) {
+				assert.Equal(t, tc.want, sink.created[0].Note)
+				assert.LessOrEqual(t, len(sink.created[0].Note), 1024)
+				assert.True(t, utf8.ValidString(sink.created[0].Note))
+			}
+		})
+	}
 }

@@ -115,39 +115,21 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 		return ctrl.Result{}, nil
 	}
 	owner := client.FieldOwner("trainer.kubeflow.org/" + gangController)
-	if !found {
-		// Not in the cache: created, never applied, so that someone else's PodGroup of the name,
-		// which the cache does not hold, is not taken over. One of the TrainJob's own that the
-		// cache has not seen yet is written once the cache has it.
-		obj, err := asObject(children.PodGroup)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		claimed, err := createChild(ctx, r.client, tj, obj, owner)
-		if err != nil {
-			return ctrl.Result{}, ignoreNoMatch(refusal(fmt.Errorf("creating the PodGroup of %s: %w", klog.KObj(tj), err)))
-		}
-		if claimed {
-			// The TrainJob's own, which the cache will have in a moment: sized then.
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		ctrl.LoggerFrom(ctx).V(2).Info("Created PodGroup", "podGroup", key)
-		return ctrl.Result{}, nil
-	}
-	// The TrainJob's own: the apply carries its resourceVersion, so that it changes only the
-	// PodGroup proven the TrainJob's, never one made meanwhile by someone else.
 	obj, err := asObject(children.PodGroup)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obj.SetResourceVersion(pg.GetResourceVersion())
-	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), owner, client.ForceOwnership); err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, ignoreNoMatch(refusal(fmt.Errorf("applying the PodGroup of %s: %w", klog.KObj(tj), err)))
+	// Not in the cache: created, never applied blind, so that someone else's PodGroup of the
+	// name, which the cache does not hold, is not taken over. The TrainJob's own is rewritten
+	// only by a patch that proves it the TrainJob's first.
+	write, verb := createChild, "creating"
+	if found {
+		write, verb = claim, "resizing"
 	}
-	ctrl.LoggerFrom(ctx).V(2).Info("Applied PodGroup", "podGroup", key)
+	if err := write(ctx, r.client, tj, obj, owner); err != nil {
+		return ctrl.Result{}, ignoreNoMatch(refusal(fmt.Errorf("%s the PodGroup of %s: %w", verb, klog.KObj(tj), err)))
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Wrote PodGroup", "podGroup", key, "resized", found)
 	return ctrl.Result{}, nil
 }
 
@@ -165,7 +147,7 @@ func refusal(err error) error {
 	if err == nil || isNotOurs(err) {
 		return err
 	}
-	if permanent(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+	if permanent(err) || apierrors.IsForbidden(err) {
 		return &refusedError{err: err}
 	}
 	return err

@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
 )
 
 // The ownership rules, in one place. The operator changes, mounts or deletes only the objects it
@@ -27,8 +30,9 @@ import (
 //
 // The operator may not read Secrets, so a child that exists is proven its own by the write
 // itself: a JSON patch whose test operations the API server checks against the object, and
-// refuses, changing nothing, when one fails. Objects the operator caches (JobSets, PodGroups) are
-// checked in the cache first and then written with their resourceVersion as a precondition.
+// refuses, changing nothing, when one fails. The same patch writes what is built into a child
+// proven the TrainJob's (a resized PodGroup): no blind server-side apply ever takes one over.
+// A JobSet, checked in the cache first, is written with its resourceVersion as a precondition.
 
 // ours reports whether obj, read from the cache or the API server, is the TrainJob's and usable.
 func ours(obj metav1.Object, tj *trainer.TrainJob) bool {
@@ -63,34 +67,27 @@ func notOurs(c client.Client, obj client.Object) error {
 
 // createChild creates obj, a child of the TrainJob built with its owner reference. When an object
 // of its name exists, it is used only if it is the TrainJob's own (an earlier reconcile made it),
-// and then claimed is true: a ConfigMap gets the data built now. Anything else is a
-// notOursError.
-func createChild(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj client.Object, owner client.FieldOwner) (claimed bool, err error) {
-	err = c.Create(ctx, obj.DeepCopyObject().(client.Object), owner)
+// and gets the content built now (claim). Anything else is a notOursError.
+func createChild(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj client.Object, owner client.FieldOwner) error {
+	err := c.Create(ctx, obj.DeepCopyObject().(client.Object), owner)
 	if !apierrors.IsAlreadyExists(err) {
-		return false, err
+		return err
 	}
-	patch, err := claimPatch(tj, obj)
-	if err != nil {
-		return false, err
-	}
-	err = c.Patch(ctx, obj.DeepCopyObject().(client.Object), patch, owner)
-	switch {
-	case apierrors.IsNotFound(err):
+	err = claim(ctx, c, tj, obj, owner)
+	if apierrors.IsNotFound(err) {
 		// Gone meanwhile: make it anew.
-		return false, c.Create(ctx, obj.DeepCopyObject().(client.Object), owner)
-	case apierrors.IsInvalid(err):
-		// A test operation failed: it is not the TrainJob's, or it is being deleted.
-		return false, notOurs(c, obj)
+		return c.Create(ctx, obj.DeepCopyObject().(client.Object), owner)
 	}
-	return err == nil, err
+	return err
 }
 
-// claimPatch is the JSON patch that proves an existing object is the TrainJob's and usable, and
-// for a ConfigMap writes the data built now: its first owner reference is the TrainJob's
-// controller reference, with its UID, and it has no deletionTimestamp (a JSON patch test for
-// null passes only when the field is absent).
-func claimPatch(tj *trainer.TrainJob, obj client.Object) (client.Patch, error) {
+// claim writes the content of obj (built now) to the object of its name, in one JSON patch whose
+// test operations prove the object the TrainJob's and usable first: its first owner reference is
+// the TrainJob's controller reference, with its UID, and it has no deletionTimestamp (a test for
+// null passes only when the field is absent). The API server applies none of it when a test
+// fails: that is a notOursError. The content is a ConfigMap's data, or a PodGroup's spec and spec
+// hash (a PodGroup is unstructured here); a Secret's keys are never rewritten.
+func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj client.Object, owner client.FieldOwner) error {
 	type op struct {
 		Op    string `json:"op"`
 		Path  string `json:"path"`
@@ -101,12 +98,37 @@ func claimPatch(tj *trainer.TrainJob, obj client.Object) (client.Patch, error) {
 		{"test", "/metadata/ownerReferences/0/controller", true},
 		{"test", "/metadata/deletionTimestamp", nil},
 	}
-	if cm, ok := obj.(*corev1.ConfigMap); ok {
-		ops = append(ops, op{"add", "/data", cm.Data})
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		ops = append(ops, op{"add", "/data", o.Data})
+	case *unstructured.Unstructured:
+		ops = append(ops, op{"add", "/spec", o.Object["spec"]},
+			op{"add", "/metadata/annotations/" + jsonPointerEscape(framework.SpecHashAnnotation), o.GetAnnotations()[framework.SpecHashAnnotation]})
 	}
 	data, err := json.Marshal(ops)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return client.RawPatch(types.JSONPatchType, data), nil
+	err = c.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.JSONPatchType, data), owner)
+	if failedTest(err) {
+		return notOurs(c, obj)
+	}
+	return err
+}
+
+// failedTest reports whether the API server refused a JSON patch because a test operation
+// failed: 422 without the kind of an object whose fields are invalid, which a refusal by the
+// object's validation has.
+func failedTest(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	return details == nil || details.Kind == ""
+}
+
+// jsonPointerEscape escapes a key for a JSON pointer (RFC 6901).
+func jsonPointerEscape(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }

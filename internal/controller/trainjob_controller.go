@@ -422,7 +422,7 @@ func (r *TrainJobReconciler) write(ctx context.Context, tj *trainer.TrainJob, ch
 	owner := client.FieldOwner(fieldManager(r.framework))
 	if js == nil {
 		for _, obj := range children.Create {
-			if _, err := createChild(ctx, r.client, tj, obj, owner); err != nil {
+			if err := createChild(ctx, r.client, tj, obj, owner); err != nil {
 				if isNotOurs(err) {
 					return err
 				}
@@ -443,6 +443,11 @@ func (r *TrainJobReconciler) write(ctx context.Context, tj *trainer.TrainJob, ch
 	return nil
 }
 
+// statusFieldManager writes every TrainJob's status, whichever framework controller reconciles
+// it: which one does may change (its runtime is deleted, or changes framework), and each computes
+// the status the same way. A status field has one writer.
+const statusFieldManager = "trainer.kubeflow.org/trainjob-controller"
+
 // writeStatus writes the TrainJob's status. The TrainJob the API server answers with is not
 // decoded: the next reconcile reads the TrainJob from the cache, and the strings of a decoded
 // answer would outlive the reconcile in the events that refer to the TrainJob, which refer to
@@ -455,7 +460,7 @@ func (r *TrainJobReconciler) writeStatus(ctx context.Context, tj *trainer.TrainJ
 		return err
 	}
 	return r.trainJobs.Put().Namespace(tj.Namespace).Resource("trainjobs").Name(tj.Name).SubResource("status").
-		Param("fieldManager", fieldManager(r.framework)).
+		Param("fieldManager", statusFieldManager).
 		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).
 		Do(ctx).Error()
 }

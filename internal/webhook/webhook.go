@@ -204,13 +204,13 @@ func (w runtimeWebhook[T]) Default(_ context.Context, rt T) error {
 
 // ValidateCreate checks that TrainJobs can be built from the runtime.
 func (w runtimeWebhook[T]) ValidateCreate(_ context.Context, rt T) (admission.Warnings, error) {
-	return nil, w.validate(rt)
+	return w.validate(rt)
 }
 
 // ValidateUpdate checks the changed runtime as a new one. TrainJobs that already run from it are
 // not affected: runtimes are blueprints.
 func (w runtimeWebhook[T]) ValidateUpdate(_ context.Context, _, rt T) (admission.Warnings, error) {
-	return nil, w.validate(rt)
+	return w.validate(rt)
 }
 
 // ValidateDelete allows every deletion: a runtime in use can go, and its running TrainJobs keep
@@ -219,20 +219,29 @@ func (w runtimeWebhook[T]) ValidateDelete(context.Context, T) (admission.Warning
 	return nil, nil
 }
 
-// validate builds a TrainJob that sets nothing from the runtime: whatever fails is the runtime's.
-func (w runtimeWebhook[T]) validate(obj T) error {
+// validate builds a TrainJob that sets nothing from the runtime: whatever fails in the runtime is
+// the runtime's. What the TrainJob would have to bring (GPUs for numProcPerNode: gpu) is not:
+// the runtime is admitted, with a warning that says what its TrainJobs need.
+func (w runtimeWebhook[T]) validate(obj T) (admission.Warnings, error) {
 	spec := w.spec(obj)
 	probe := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: obj.GetNamespace()}}
 	rt := &trainingruntime.Runtime{Kind: w.kind, Name: obj.GetName(), Spec: spec}
 	_, err := build.Build(probe, rt, framework.Select(w.frameworks, spec.MLPolicy))
 	var re *framework.RuntimeError
 	if errors.As(err, &re) {
-		return invalid(w.kind, obj.GetName(), re.Err)
+		return nil, invalid(w.kind, obj.GetName(), re.Err)
+	}
+	if errs := fieldErrors(err); len(errs) > 0 {
+		var warnings admission.Warnings
+		for _, e := range errs {
+			warnings = append(warnings, "TrainJobs of this runtime must set "+e.Field+": "+e.Detail)
+		}
+		return warnings, nil
 	}
 	if err != nil {
-		return apierrors.NewInternalError(err)
+		return nil, apierrors.NewInternalError(err)
 	}
-	return nil
+	return nil, nil
 }
 
 // invalid is the API's answer to an invalid object: `TrainJob.trainer.kubeflow.org "x" is

@@ -297,27 +297,23 @@ func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJ
 			return err
 		}
 	}
-	for _, ac := range children.Apply {
-		if err := c.Apply(ctx, ac, owner, client.ForceOwnership); err != nil {
+	// The PodGroup and the JobSet are created, as the operator does: a create costs the API
+	// server less than an apply.
+	for _, ac := range []any{children.PodGroup, children.JobSet} {
+		if ac == nil {
+			continue
+		}
+		data, err := json.Marshal(ac)
+		if err != nil {
 			return err
 		}
-	}
-	if children.PodGroup != nil {
-		if err := c.Apply(ctx, children.PodGroup, owner, client.ForceOwnership); err != nil {
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(data); err != nil {
 			return err
 		}
-	}
-	// Created, as the operator does: a create costs the API server less than an apply.
-	data, err := json.Marshal(children.JobSet)
-	if err != nil {
-		return err
-	}
-	js := &unstructured.Unstructured{}
-	if err := js.UnmarshalJSON(data); err != nil {
-		return err
-	}
-	if err := c.Create(ctx, js, owner); err != nil {
-		return err
+		if err := c.Create(ctx, obj, owner); err != nil {
+			return err
+		}
 	}
 	message := fmt.Sprintf("JobSet %q is created", tj.Name)
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{

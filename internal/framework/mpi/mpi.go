@@ -7,6 +7,7 @@ package mpi
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -99,6 +100,7 @@ func (mpi) Apply(b *framework.Draft) error {
 	b.SetNodes(1)
 	nodeJob.Template.Spec.Parallelism, nodeJob.Template.Spec.Completions = ptr.To(nodePods), ptr.To(nodePods)
 	applyResources(b, node, launcherAsNode)
+	slots = slotsPerGPU(b, slots, node)
 
 	if err := addSSHAuth(b, &nodeJob.Template.Spec.Template.Spec, node, ptr.Deref(policy.SSHAuthMountPath, DefaultSSHAuthMountPath)); err != nil {
 		return err
@@ -144,6 +146,20 @@ func numProcPerNode(b *framework.Draft, policy *trainer.MPIMLPolicySource) (int3
 		return 0, b.RuntimeError(field.Invalid(framework.MLPolicyPath.Child("mpi", "numProcPerNode"), n, "must be at least 1"))
 	}
 	return n, nil
+}
+
+// slotsPerGPU is the slots per node once the node's GPUs are known: a runtime of one slot per
+// node whose nodes have more than one GPU (the TrainJob's resourcesPerNode, else the runtime's)
+// runs one slot per GPU, as upstream Trainer does and its DeepSpeed runtime relies on. A
+// numProcPerNode the TrainJob sets is kept as it is.
+func slotsPerGPU(b *framework.Draft, slots int32, node *corev1.Container) int32 {
+	if t := b.TrainJob.Spec.Trainer; slots != 1 || (t != nil && t.NumProcPerNode != nil) {
+		return slots
+	}
+	if gpus := framework.GPUs(node); gpus > 1 && gpus <= math.MaxInt32 {
+		return int32(gpus)
+	}
+	return slots
 }
 
 // applyResources runs the TrainJob's image and resourcesPerNode on the node container, which the

@@ -84,13 +84,19 @@ func wantJobSet(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec, nodePods i
 		Container("node", "node", func(c *corev1.Container) { c.VolumeMounts = append(c.VolumeMounts, sshMount) })
 }
 
-// slotsOf is the slots per node: the TrainJob's numProcPerNode, else the runtime's, else 1.
+// slotsOf is the slots per node: the TrainJob's numProcPerNode, else the runtime's, else 1; and
+// for 1, the GPUs of the TrainJob's resourcesPerNode when there are more than one.
 func slotsOf(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) string {
 	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumProcPerNode != nil {
 		return tj.Spec.Trainer.NumProcPerNode.String()
 	}
-	if n := rt.MLPolicy.MPI.NumProcPerNode; n != nil {
+	if n := rt.MLPolicy.MPI.NumProcPerNode; n != nil && *n != 1 {
 		return strconv.Itoa(int(*n))
+	}
+	if t := tj.Spec.Trainer; t != nil && t.ResourcesPerNode != nil {
+		if gpus := t.ResourcesPerNode.Limits.Name("nvidia.com/gpu", resource.DecimalSI).Value(); gpus > 1 {
+			return strconv.FormatInt(gpus, 10)
+		}
 	}
 	return "1"
 }
@@ -230,7 +236,27 @@ func TestMPI(t *testing.T) {
 					Container("launcher", "node", func(c *corev1.Container) { c.Resources = gpuNode }).
 					Container("node", "node", func(c *corev1.Container) { c.Resources = gpuNode }).Obj()
 			},
-			wantHostfile: "mnist-launcher-0-0.mnist slots=1\nmnist-node-0-0.mnist slots=1\n",
+			wantHostfile: "mnist-launcher-0-0.mnist slots=8\nmnist-node-0-0.mnist slots=8\n",
+		},
+		"a runtime of one slot per node runs one slot per GPU of the TrainJob's nodes": {
+			runtime:  mpiRuntime(2, openMPI(1)).Obj(),
+			trainJob: trainJob().Trainer(&trainer.Trainer{ResourcesPerNode: gpuNode.DeepCopy()}).Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return wantJobSet(tj, rt, 2, "/root/.ssh", "OMPI_MCA_orte_default_hostfile").
+					Container("launcher", "node", func(c *corev1.Container) { c.Resources = mpirunResources }).
+					Container("node", "node", func(c *corev1.Container) { c.Resources = gpuNode }).Obj()
+			},
+			wantHostfile: "mnist-node-0-0.mnist slots=8\nmnist-node-0-1.mnist slots=8\n",
+		},
+		"the TrainJob's numProcPerNode of 1 is kept whatever the GPUs": {
+			runtime:  mpiRuntime(2, openMPI(1)).Obj(),
+			trainJob: trainJob().Trainer(&trainer.Trainer{ResourcesPerNode: gpuNode.DeepCopy()}).NumProcPerNode(intstr.FromInt32(1)).Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return wantJobSet(tj, rt, 2, "/root/.ssh", "OMPI_MCA_orte_default_hostfile").
+					Container("launcher", "node", func(c *corev1.Container) { c.Resources = mpirunResources }).
+					Container("node", "node", func(c *corev1.Container) { c.Resources = gpuNode }).Obj()
+			},
+			wantHostfile: "mnist-node-0-0.mnist slots=1\nmnist-node-0-1.mnist slots=1\n",
 		},
 		"a runtime volume named like MPI's is replaced, not listed twice": {
 			runtime: func() trainer.TrainingRuntimeSpec {

@@ -128,8 +128,14 @@ func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (st
 		}
 		return strconv.FormatInt(framework.CPUs(c), 10), nil
 	case "gpu":
-		if gpus == 0 {
+		switch {
+		case gpus > 0:
+		case b.TrainJob.Spec.Trainer != nil && b.TrainJob.Spec.Trainer.NumProcPerNode != nil:
 			return "", invalid(fmt.Sprintf("the trainer container %q has no GPU resource", c.Name))
+		default:
+			// The runtime's "gpu" leaves the GPUs to its TrainJobs: this one brought none.
+			return "", field.Required(framework.TrainerPath.Child("resourcesPerNode"),
+				fmt.Sprintf("%s runs one process per GPU (mlPolicy.torch.numProcPerNode: gpu), and the trainer container %q has no GPU resource: give the nodes GPUs", b.Runtime, c.Name))
 		}
 		return strconv.FormatInt(gpus, 10), nil
 	case "cpu":

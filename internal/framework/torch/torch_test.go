@@ -112,10 +112,10 @@ func TestTorch(t *testing.T) {
 			}}}).Obj(),
 			wantEnv: static("1", "2"),
 		},
-		"gpu on a node without GPUs cannot be built": {
+		"the runtime's gpu on a node the TrainJob gives no GPUs cannot be built, for want of the TrainJob's GPUs": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("8", "")}).Obj(),
-			wantErr:  `TrainingRuntime "torch": spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`,
+			wantErr:  `spec.trainer.resourcesPerNode: Required value: TrainingRuntime "torch" runs one process per GPU (mlPolicy.torch.numProcPerNode: gpu), and the trainer container "node" has no GPU resource: give the nodes GPUs`,
 		},
 		"an explicit number is used as is, even with GPUs": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(3))}).Obj(),

@@ -60,7 +60,7 @@ func TestCoschedulingPodGroupComesBeforeTheJobSet(t *testing.T) {
 		ScheduleTimeoutSeconds: ptr.To[int32](60),
 	}, pg.Spec)
 	assert.True(t, metav1.IsControlledBy(pg, got(t, tj)))
-	assert.Equal(t, []string{"trainer.kubeflow.org/gang/Apply"}, managers(pg), "only the gang controller writes PodGroups")
+	assert.Equal(t, []string{"trainer.kubeflow.org/gang/Update"}, managers(pg), "only the gang controller writes PodGroups")
 	assert.Equal(t, "gang", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels[gang.CoschedulingLabel])
 
 	// A PodGroup someone deletes is put back, also for a gang that runs.
@@ -128,6 +128,25 @@ func TestSuspendedGangIsResized(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(2), minMember(c)) }, timeout, interval)
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)} })
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(4), minMember(c)) }, timeout, interval)
+
+	// A resource the TrainJob no longer asks for leaves the gang's minResources: a stale one
+	// would keep the gang waiting for what it does not need.
+	minResources := func(c *assert.CollectT) corev1.ResourceList {
+		pg := &schedulerpluginsv1alpha1.PodGroup{}
+		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+		return pg.Spec.MinResources
+	}
+	withGPU := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1")}
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
+		tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: withGPU, Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("4")}, minResources(c))
+	}, timeout, interval)
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer.ResourcesPerNode = nil })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}, minResources(c))
+	}, timeout, interval)
 
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
 	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {

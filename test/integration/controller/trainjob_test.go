@@ -3,15 +3,18 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/utils/ptr"
@@ -572,4 +575,67 @@ func TestARuntimeEditLeavesSuspendedJobSetsAlone(t *testing.T) {
 		assert.Equal(t, before[tj.Name].UID, js.UID, "the JobSet of %s was made again", tj.Name)
 		assert.Equal(t, "busybox", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image, "the runtime's edit reached %s", tj.Name)
 	}
+}
+
+// TestALongWarningArrives: a condition's message may be 32 KiB, an event's note 1 KiB at most, and
+// the API server refuses a longer one: the Warning event of a build failure with many errors
+// still arrives, cut, beginning with the first error's field path.
+func TestALongWarningArrives(t *testing.T) {
+	ns, runtime := setup(t)
+	var targets []string
+	for i := range 16 {
+		targets = append(targets, fmt.Sprintf("a-replicated-job-this-runtime-does-not-have-%02d", i))
+	}
+	tj := utiltesting.MakeTrainJob("long", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).
+		PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: targets}).Obj()
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+	})
+	message := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message
+	require.Greater(t, len(message), 1024, "the message is short enough for an event: the test proves nothing")
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list := &eventsv1.EventList{}
+		require.NoError(c, k8sClient.List(context.Background(), list, client.InNamespace(ns)))
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.UID == tj.UID && e.Reason == trainer.TrainJobJobsBuildFailedReason {
+				notes = append(notes, e.Note)
+			}
+		}
+		if assert.Len(c, notes, 1, "the Warning event did not arrive") {
+			assert.LessOrEqual(c, len(notes[0]), 1024)
+			assert.True(c, strings.HasPrefix(notes[0], message[:100]), "the note does not begin as the message does: %s", notes[0])
+			assert.Contains(c, notes[0], "spec.podSpecOverrides[0].targetJobs[0]")
+		}
+	}, timeout, interval)
+}
+
+// TestOneWriterOfTheStatusWhenTheRuntimeGoes: a torch TrainJob's runtime is deleted while it runs,
+// and the plain controller, which takes the TrainJobs whose runtime cannot be read, reports it
+// from then on: the status keeps one writer.
+func TestOneWriterOfTheStatusWhenTheRuntimeGoes(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	spec := utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(1))}).Obj()
+	rt := utiltesting.TrainingRuntime("torch", ns, spec)
+	require.NoError(t, k8sClient.Create(ctx, rt))
+	tj := utiltesting.MakeTrainJob("orphan", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Active: 1}}})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Len(c, tj.Status.JobsStatus, 1) })
+
+	require.NoError(t, k8sClient.Delete(ctx, rt))
+	time.Sleep(runtimeGracePeriod)
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Active: 1, Ready: 1}}})
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, "2/2", tj.Status.Ready) })
+	var writers []string
+	for _, f := range got.ManagedFields {
+		if f.Subresource == "status" {
+			writers = append(writers, f.Manager)
+		}
+	}
+	assert.Equal(t, []string{"trainer.kubeflow.org/trainjob-controller"}, writers)
 }

@@ -188,8 +188,6 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs[0].name: Invalid value: "node": the MPI launcher`}},
 		{"an MPI launcher that sets a hostfile variable", rt("r10", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(mpiJobs("launcher", "node")[0], "HYDRA_HOST_FILE", "x"), mpiJobs("launcher", "node")[1]).MPI(&trainer.MPIMLPolicySource{})),
 			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework"}},
-		{"gpu processes in a runtime without GPUs", rt("r12", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))})),
-			[]string{`spec.mlPolicy.torch.numProcPerNode: Invalid value: "gpu": the trainer container "node" has no GPU resource`}},
 		{"a cluster runtime without a trainer job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
 			[]string{`ClusterTrainingRuntime.trainer.kubeflow.org "bad-` + ns + `" is invalid: spec.template.spec.replicatedJobs: Required value`}},
 		{"a cluster MPI runtime without a node job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node")).MPI(&trainer.MPIMLPolicySource{})),
@@ -203,7 +201,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"numNodes with an elastic policy", rt("r14", utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(elastic.MLPolicy.Torch)),
 			[]string{"spec.mlPolicy", "numNodes must be omitted when torch.elasticPolicy is set"}},
 	}
-	require.GreaterOrEqual(t, len(cases), 40)
+	require.GreaterOrEqual(t, len(cases), 39)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := k8sClient.Create(ctx, tc.obj)
@@ -294,4 +292,26 @@ func TestKueueWarnings(t *testing.T) {
 		"spec.labels: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
 		`spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read "auto": write a number`,
 	}, collected.Texts())
+}
+
+// A runtime of one torch process per GPU whose template has no GPUs leaves the GPUs to its
+// TrainJobs, as upstream's GPU runtimes do: it is admitted, with a warning saying what its
+// TrainJobs need, and a TrainJob that brings none is refused, naming the field to set.
+func TestAGPURuntimeWithoutGPUsLeavesThemToItsTrainJobs(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c, collected, err := testenv.ClientWithWarnings(restCfg)
+	require.NoError(t, err)
+	spec := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}).Obj()
+	require.NoError(t, c.Create(ctx, utiltesting.TrainingRuntime("per-gpu", ns, spec)))
+	assert.Equal(t, []string{`TrainJobs of this runtime must set spec.trainer.resourcesPerNode: TrainingRuntime "per-gpu" runs one process per GPU ` +
+		`(mlPolicy.torch.numProcPerNode: gpu), and the trainer container "node" has no GPU resource: give the nodes GPUs`}, collected.Texts())
+
+	without := utiltesting.MakeTrainJob("cpu-only", ns).RuntimeRef(trainer.TrainingRuntimeKind, "per-gpu").Obj()
+	err = k8sClient.Create(ctx, without)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.trainer.resourcesPerNode: Required value")
+	with := utiltesting.MakeTrainJob("gpus", ns).RuntimeRef(trainer.TrainingRuntimeKind, "per-gpu").
+		Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, with))
 }
