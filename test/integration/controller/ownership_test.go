@@ -189,3 +189,35 @@ func TestADyingSecretOfAnEarlierTrainJobIsNotUsed(t *testing.T) {
 	assert.NotEqual(t, secret.UID, mine.UID)
 	assert.True(t, metav1.IsControlledBy(mine, got(t, second)))
 }
+
+// TestChildrenTheTrainJobMadeBeforeACrashAreUsed: the manager was killed after it created an MPI
+// TrainJob's Secret and hostfile and before its JobSet. The next manager finds them its own (their
+// owner reference carries the TrainJob's UID), keeps the Secret's keys, writes the hostfile as it
+// builds it now, and goes on.
+func TestChildrenTheTrainJobMadeBeforeACrashAreUsed(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	stopManager()
+	tj := mpiTrainJob("crash", ns)
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	own := []metav1.OwnerReference{{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind, Name: tj.Name, UID: tj.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "crash-mpi-ssh-auth", Namespace: ns, OwnerReferences: own},
+		Type: corev1.SecretTypeSSHAuth, Immutable: ptr.To(true),
+		Data: map[string][]byte{corev1.SSHAuthPrivateKey: []byte("made before the crash"), "ssh-publickey": []byte("pub"), "authorized_keys": []byte("pub")}}
+	hostfile := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "crash-mpi-hostfile", Namespace: ns, OwnerReferences: own},
+		Data: map[string]string{"hostfile": "half-written"}}
+	require.NoError(t, k8sClient.Create(ctx, secret))
+	require.NoError(t, k8sClient.Create(ctx, hostfile))
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	after := &corev1.Secret{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(secret), after))
+	assert.Equal(t, secret.UID, after.UID)
+	assert.Equal(t, secret.Data, after.Data, "the keys were rewritten")
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(hostfile), hostfile))
+	assert.Equal(t, "crash-node-0-0.crash slots=1\ncrash-node-0-1.crash slots=1\n", hostfile.Data["hostfile"])
+}
