@@ -11,7 +11,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -23,11 +25,19 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/trainjob/operator/internal/tokenreview"
 )
 
+// Reviews are the token reviews of the metrics guard: an answer, good or bad, is remembered for a
+// minute, as controller-runtime's filter does; the budgets are the progress endpoint's.
+var Reviews = tokenreview.Options{
+	GoodTTL: time.Minute, BadTTL: time.Minute, Size: cacheSize,
+	QPS: 100, Wait: reviewTimeout,
+	ClientQPS: 5, ClientBurst: 10,
+}
+
 const (
-	// tokenTTL is how long a token's review, good or bad, is remembered.
-	tokenTTL = time.Minute
 	// allowTTL and denyTTL are how long a user's access to a path is remembered.
 	allowTTL = 5 * time.Minute
 	denyTTL  = 30 * time.Second
@@ -44,7 +54,7 @@ func Filter(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, er
 	if err != nil {
 		return nil, err
 	}
-	g := &guard{client: c, tokens: utilcache.NewLRUExpireCache(cacheSize), decisions: utilcache.NewLRUExpireCache(cacheSize)}
+	g := &guard{client: c, tokens: tokenreview.New(c, Reviews), decisions: utilcache.NewLRUExpireCache(cacheSize)}
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(log, next, w, r) }), nil
 	}, nil
@@ -52,8 +62,7 @@ func Filter(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, er
 
 type guard struct {
 	client client.Client
-	// tokens maps a token's sha256 to its user, or to nil when the API server refused it.
-	tokens *utilcache.LRUExpireCache
+	tokens *tokenreview.Reviewer
 	// decisions maps a user, verb and path to whether the user is allowed.
 	decisions *utilcache.LRUExpireCache
 }
@@ -68,6 +77,10 @@ func (g *guard) serve(log logr.Logger, next http.Handler, w http.ResponseWriter,
 	ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout)
 	defer cancel()
 	user, err := g.authenticate(ctx, r)
+	if errors.Is(err, tokenreview.ErrTooMany) {
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	}
 	if err != nil {
 		log.Error(err, "Authentication failed")
 		http.Error(w, "Authentication failed", http.StatusInternalServerError)
@@ -103,20 +116,11 @@ func (g *guard) authenticate(ctx context.Context, r *http.Request) (*authenticat
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return nil, nil
 	}
-	key := sha256.Sum256([]byte(token))
-	if user, ok := g.tokens.Get(key); ok {
-		return user.(*authenticationv1.UserInfo), nil
+	from, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		from = r.RemoteAddr
 	}
-	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
-	if err := g.client.Create(ctx, review); err != nil {
-		return nil, err
-	}
-	var user *authenticationv1.UserInfo
-	if review.Status.Authenticated {
-		user = &review.Status.User
-	}
-	g.tokens.Add(key, user, tokenTTL)
-	return user, nil
+	return g.tokens.Review(ctx, from, token, "")
 }
 
 // authorize asks whether the user may use verb on path.

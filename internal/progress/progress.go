@@ -54,8 +54,9 @@ func Path(namespace, name string) string {
 	return fmt.Sprintf("/apis/trainer.kubeflow.org/v1alpha1/namespaces/%s/trainjobs/%s/status", namespace, name)
 }
 
-// pattern is the endpoint's path with the namespace and name as wildcards, for http.ServeMux.
-var pattern = "POST " + Path("{namespace}", "{name}")
+// Pattern is the endpoint's method and path with the namespace and name as wildcards, for
+// http.ServeMux.
+var Pattern = "POST " + Path("{namespace}", "{name}")
 
 // Audience is the audience a TrainJob's token is issued for, upstream's: a token for one TrainJob
 // is no good for another.

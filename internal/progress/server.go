@@ -2,32 +2,29 @@ package progress
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sync/singleflight"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/lru"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/tokenreview"
 )
 
 // Defaults of the server's limits.
@@ -39,18 +36,22 @@ const (
 	DefaultQPS = 20
 	// maxBody is the largest report accepted: 256 metrics of 64-character names and values fit.
 	maxBody = 64 << 10
-	// reviewsPerSecond bounds the TokenReviews the server asks the API server for, so that a flood
-	// of made-up tokens cannot flood the API server through it; a check waits up to reviewWait
-	// for its turn.
-	reviewsPerSecond = 100
-	reviewWait       = 10 * time.Second
-	// tokenCacheSize and tokenCacheTTL bound how many tokens the server remembers as good, and
-	// for how long: a trainer reports with the same token for most of its hour.
-	tokenCacheSize = 16384
-	tokenCacheTTL  = 5 * time.Minute
 	// fieldManager owns status.trainerStatus.
 	fieldManager = "trainer.kubeflow.org/progress"
 )
+
+// Reviews are the token reviews of the progress endpoint. A trainer reports with the same token
+// for most of its hour: a good one is remembered for 5 minutes, a bad one for 10 seconds (a
+// client repeating it costs no review). All reviews together are bounded at 100 a second, each
+// waiting up to 10 seconds for its turn, so that a flood of made-up tokens cannot flood the API
+// server through the endpoint; one client (a pod's address) may ask for 5 a second, 10 at once,
+// and is refused past that without waiting, so that such a flood from one pod takes no other
+// pod's turn.
+var Reviews = tokenreview.Options{
+	GoodTTL: 5 * time.Minute, BadTTL: 10 * time.Second, Size: 16384,
+	QPS: 100, Wait: 10 * time.Second,
+	ClientQPS: 5, ClientBurst: 10,
+}
 
 // Options tune the server.
 type Options struct {
@@ -67,9 +68,7 @@ type Server struct {
 	client   client.Client
 	interval time.Duration
 	writes   flowcontrol.RateLimiter
-	reviews  flowcontrol.RateLimiter
-	tokens   *lru.Cache // sha256 of token and TrainJob -> expiry time.Time
-	checks   singleflight.Group
+	reviews  *tokenreview.Reviewer
 
 	mu sync.Mutex
 	// pending is each TrainJob's latest report not written yet.
@@ -82,24 +81,29 @@ type Server struct {
 // Setup serves the endpoint on the manager's webhook server and starts its writer. The webhook
 // server must have its certificate.
 func Setup(mgr manager.Manager, opts Options) error {
+	s := NewServer(mgr.GetClient(), opts)
+	mgr.GetWebhookServer().Register(Pattern, s)
+	return mgr.Add(s)
+}
+
+// NewServer returns a server that reviews tokens and writes reports with c. It writes once
+// started (Start).
+func NewServer(c client.Client, opts Options) *Server {
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval
 	}
 	if opts.QPS == 0 {
 		opts.QPS = DefaultQPS
 	}
-	s := &Server{
-		client:   mgr.GetClient(),
+	return &Server{
+		client:   c,
 		interval: opts.Interval,
 		writes:   flowcontrol.NewTokenBucketRateLimiter(float32(opts.QPS), max(1, int(opts.QPS))),
-		reviews:  flowcontrol.NewTokenBucketRateLimiter(reviewsPerSecond, reviewsPerSecond),
-		tokens:   lru.New(tokenCacheSize),
+		reviews:  tokenreview.New(c, Reviews),
 		pending:  map[types.NamespacedName]*trainer.TrainerStatus{},
 		cooling:  map[types.NamespacedName]bool{},
 		queue:    workqueue.NewTypedDelayingQueue[types.NamespacedName](),
 	}
-	mgr.GetWebhookServer().Register(pattern, s)
-	return mgr.Add(s)
 }
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -107,7 +111,8 @@ func Setup(mgr manager.Manager, opts Options) error {
 
 // ServeHTTP takes one report: 200 once it is accepted (it is written within the interval), 401
 // without a good token for the TrainJob, 404 for a TrainJob that does not exist, 413 for a body
-// too large, 422 for a report that is not one, 429 when too many tokens wait to be checked.
+// too large, 422 for a report that is not one, 429 when its client, or all clients together, asked
+// for more token reviews than their budget (Reviews).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -115,8 +120,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "a bearer token of the TrainJob's audience is required")
 		return
 	}
-	switch ok, err := s.authenticate(r.Context(), token, key); {
-	case errors.Is(err, errTooMany):
+	switch ok, err := s.authenticate(r.Context(), remoteHost(r), token, key); {
+	case errors.Is(err, tokenreview.ErrTooMany):
 		refuse(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, err.Error())
 		return
 	case err != nil:
@@ -189,41 +194,23 @@ func decode(body io.Reader) (*trainer.UpdateTrainJobStatusRequest, error) {
 	return req, errs.ToAggregate()
 }
 
-var errTooMany = errors.New("too many progress reports wait for their tokens to be checked; retry later")
-
 // authenticate reports whether the API server says the token is a service account's of the
 // TrainJob's namespace, issued for the TrainJob's audience (and, for a pod's token, that the pod
-// still exists). A good token is remembered for a few minutes; the pods of a TrainJob that report
-// at once with the same new token wait for one check. Checks wait their turn for a while within
-// the rate; past it, errTooMany.
-func (s *Server) authenticate(ctx context.Context, token string, key types.NamespacedName) (bool, error) {
-	sum := sha256.Sum256([]byte(key.String() + "\x00" + token))
-	if expiry, ok := s.tokens.Get(sum); ok && time.Now().Before(expiry.(time.Time)) {
-		return true, nil
-	}
-	ok, err, _ := s.checks.Do(string(sum[:]), func() (any, error) {
-		wait, cancel := context.WithTimeout(ctx, reviewWait)
-		defer cancel()
-		if err := s.reviews.Wait(wait); err != nil {
-			return false, errTooMany
-		}
-		audience := Audience(key.Namespace, key.Name)
-		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}}}
-		if err := s.client.Create(ctx, review); err != nil {
-			return false, err
-		}
-		st := review.Status
-		ok := st.Authenticated && slices.Contains(st.Audiences, audience) &&
-			strings.HasPrefix(st.User.Username, "system:serviceaccount:"+key.Namespace+":")
-		if ok {
-			s.tokens.Add(sum, time.Now().Add(tokenCacheTTL))
-		}
-		return ok, nil
-	})
-	if err != nil {
+// still exists). from is the client's address, for its budget of reviews.
+func (s *Server) authenticate(ctx context.Context, from, token string, key types.NamespacedName) (bool, error) {
+	user, err := s.reviews.Review(ctx, from, token, Audience(key.Namespace, key.Name))
+	if err != nil || user == nil {
 		return false, err
 	}
-	return ok.(bool), nil
+	return strings.HasPrefix(user.Username, "system:serviceaccount:"+key.Namespace+":"), nil
+}
+
+// remoteHost is the address a request came from, without its port.
+func remoteHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // report keeps a TrainJob's latest report, and queues the TrainJob unless it was written less

@@ -1,0 +1,126 @@
+// Package tokenreview asks the API server whose a bearer token is (a TokenReview), for the two
+// endpoints of the operator that take tokens: the progress endpoint, where trainers report with a
+// token of their TrainJob's audience, and the metrics guard. It remembers each answer, good for
+// longer than bad, so that a client repeating a token costs one review; joins concurrent checks
+// of one token into one review; and bounds the reviews it asks for, per client and in all, so
+// that a flood of made-up tokens from one client can neither flood the API server through it nor
+// take the turns of other clients.
+package tokenreview
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ErrTooMany is Review's answer when the client, or all clients together, asked for more reviews
+// than their budget: the caller answers 429.
+var ErrTooMany = errors.New("too many tokens wait to be checked; retry later")
+
+// Options set a Reviewer's cache and budgets.
+type Options struct {
+	// GoodTTL and BadTTL are how long a token the API server authenticated, or refused, is
+	// remembered.
+	GoodTTL, BadTTL time.Duration
+	// Size bounds how many tokens are remembered, good and bad together.
+	Size int
+	// QPS bounds the reviews of all clients together, zero meaning no bound; a review waits up
+	// to Wait for its turn.
+	QPS  float64
+	Wait time.Duration
+	// ClientQPS and ClientBurst bound the reviews of one client (a remote address); a review
+	// past them is refused at once, without waiting. Zero ClientQPS means no such bound.
+	ClientQPS   float64
+	ClientBurst int
+}
+
+// clientIdle is how long a client's budget is kept after its last review.
+const clientIdle = time.Minute
+
+// Reviewer reviews bearer tokens with the API server.
+type Reviewer struct {
+	client  client.Client
+	opts    Options
+	answers *utilcache.LRUExpireCache // sha256 of audience and token -> *authenticationv1.UserInfo, nil when refused
+	clients *utilcache.LRUExpireCache // client -> *rate.Limiter
+	all     *rate.Limiter
+	checks  singleflight.Group
+}
+
+// New returns a Reviewer that asks the API server with c, which may create TokenReviews.
+func New(c client.Client, opts Options) *Reviewer {
+	return &Reviewer{
+		client:  c,
+		opts:    opts,
+		answers: utilcache.NewLRUExpireCache(opts.Size),
+		clients: utilcache.NewLRUExpireCache(opts.Size),
+		all:     rate.NewLimiter(limit(opts.QPS), max(1, int(opts.QPS))),
+	}
+}
+
+// limit is a rate of qps, or no bound for zero.
+func limit(qps float64) rate.Limit {
+	if qps == 0 {
+		return rate.Inf
+	}
+	return rate.Limit(qps)
+}
+
+// Review returns the user the API server says the token is, for the audience ("" for the API
+// server's own audiences), or nil when it does not authenticate it for that audience. from names
+// the client, for its budget.
+func (r *Reviewer) Review(ctx context.Context, from, token, audience string) (*authenticationv1.UserInfo, error) {
+	key := sha256.Sum256([]byte(audience + "\x00" + token))
+	if user, ok := r.answers.Get(key); ok {
+		return user.(*authenticationv1.UserInfo), nil
+	}
+	if !r.clientMay(from) {
+		return nil, ErrTooMany
+	}
+	user, err, _ := r.checks.Do(string(key[:]), func() (any, error) {
+		wait, cancel := context.WithTimeout(ctx, r.opts.Wait)
+		defer cancel()
+		if err := r.all.Wait(wait); err != nil {
+			return nil, ErrTooMany
+		}
+		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
+		if audience != "" {
+			review.Spec.Audiences = []string{audience}
+		}
+		if err := r.client.Create(ctx, review); err != nil {
+			return nil, err
+		}
+		st := review.Status
+		if !st.Authenticated || (audience != "" && !slices.Contains(st.Audiences, audience)) {
+			r.answers.Add(key, (*authenticationv1.UserInfo)(nil), r.opts.BadTTL)
+			return (*authenticationv1.UserInfo)(nil), nil
+		}
+		r.answers.Add(key, &st.User, r.opts.GoodTTL)
+		return &st.User, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return user.(*authenticationv1.UserInfo), nil
+}
+
+// clientMay takes one review from the client's budget, if it has one left.
+func (r *Reviewer) clientMay(from string) bool {
+	if r.opts.ClientQPS == 0 {
+		return true
+	}
+	l, ok := r.clients.Get(from)
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(r.opts.ClientQPS), max(1, r.opts.ClientBurst))
+	}
+	r.clients.Add(from, l, clientIdle)
+	return l.(*rate.Limiter).Allow()
+}
