@@ -8,12 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -154,6 +156,17 @@ func (s *children) check(t *testing.T, ns string, jobs []submitted, withProgress
 			want["ConfigMap"][progress.ConfigMapName(j.name)] = j.name
 		}
 	}
+	// The watches may lag what is there, most after an API server restart, when an informer of a
+	// CRD's kind backs off until the CRD is served again (up to half a minute): wait until they
+	// have seen as many children as there should be, or a minute, before judging.
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for kind, names := range want {
+			if s.count(kind) < len(names) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	tjs := &trainer.TrainJobList{}
 	require.NoError(t, k8sClient.List(ctx, tjs, client.InNamespace(ns)))
 	uids := map[string]types.UID{}
