@@ -81,6 +81,10 @@ const (
 	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
 	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
 
+	// TrainJobProgressUnavailableReason is the reason of the Warning event of a TrainJob built
+	// without progress reporting: the operator cannot read the CA its trainer would need.
+	TrainJobProgressUnavailableReason = "ProgressUnavailable"
+
 	// TrainJobJobSetDeletedReason explains Failed=True when the TrainJob's JobSet was deleted
 	// after its pods may have run, before the operator saw it finish: how the training ended is
 	// unknown, and it is never run a second time. Create the TrainJob again to run it again.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -202,13 +203,17 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
 			return ctrl.Result{}, nil
 		}
+		// Progress reporting is optional: a TrainJob whose trainer cannot be wired to the
+		// endpoint (its CA cannot be read) is built without it, and told so once it is written.
 		var extra []build.Step
+		var progressOff error
 		if r.progress != nil {
-			// Until the endpoint's certificate exists, no JobSet is built without its wiring.
-			if err := r.progress.Ready(); err != nil {
-				return ctrl.Result{}, err
+			step, err := r.progress.Step()
+			if err != nil {
+				progressOff = err
+			} else {
+				extra = append(extra, step)
 			}
-			extra = append(extra, r.progress.Inject)
 		}
 		children, err := build.Build(tj, rt, r.framework, extra...)
 		if err != nil {
@@ -242,6 +247,11 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
 		log.V(2).Info("Wrote JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
+		if progressOff != nil {
+			log.Info("Built the JobSet without progress reporting", "error", progressOff.Error())
+			r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobProgressUnavailableReason, "Build",
+				"The trainer cannot report its progress: %v. The training runs; status.trainerStatus stays empty", progressOff)
+		}
 		if js == nil {
 			// The JobSet just created: its size, and no progress yet. Its creation does not queue
 			// the TrainJob, so this is the status until the JobSet changes.

@@ -13,10 +13,12 @@
 package progress
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,8 +70,9 @@ func Audience(namespace, name string) string {
 func ConfigMapName(tj string) string { return tj + "-tls-config" }
 
 // Endpoint is where the trainers report: the URL of the webhook server, and the file of the CA
-// that signs its certificate, read when a TrainJob is built (the certificate may be made after
-// the manager starts).
+// that signs its certificate. The CA is read when a TrainJob is built, and read again whenever
+// the file changed: a renewed CA (cert-controller's, cert-manager's) reaches every TrainJob built
+// after it.
 type Endpoint struct {
 	// URL is the server's base URL, e.g. https://trainjob-webhook-service.trainjob-system.svc.
 	URL string
@@ -77,36 +80,48 @@ type Endpoint struct {
 	CAFile string
 
 	mu sync.Mutex
-	ca []byte
+	// ca is the file's content when it had modTime and size.
+	ca      []byte
+	modTime time.Time
+	size    int64
 }
 
-// Ready reports whether the CA can be read: a TrainJob is built only once it can.
-func (e *Endpoint) Ready() error {
-	_, err := e.caPEM()
-	return err
+// Step returns the build step that wires a TrainJob to the endpoint with the CA as it is now, or
+// an error saying why the CA cannot be read: the TrainJob is then built without progress
+// reporting, and told so.
+func (e *Endpoint) Step() (func(*framework.Draft) error, error) {
+	ca, err := e.caPEM()
+	if err != nil {
+		return nil, err
+	}
+	return func(b *framework.Draft) error { e.inject(b, ca); return nil }, nil
 }
 
-// caPEM reads the CA once it exists.
+// caPEM reads the CA, again only when the file changed since it was last read.
 func (e *Endpoint) caPEM() ([]byte, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.ca == nil {
-		data, err := os.ReadFile(e.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading the progress endpoint's CA: %w", err)
-		}
-		e.ca = data
+	info, err := os.Stat(e.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the progress endpoint's CA: %w", err)
 	}
-	return e.ca, nil
+	if e.ca != nil && info.ModTime().Equal(e.modTime) && info.Size() == e.size {
+		return e.ca, nil
+	}
+	data, err := os.ReadFile(e.CAFile)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading the progress endpoint's CA: %w", err)
+	case len(bytes.TrimSpace(data)) == 0:
+		return nil, fmt.Errorf("reading the progress endpoint's CA: %s is empty", e.CAFile)
+	}
+	e.ca, e.modTime, e.size = data, info.ModTime(), info.Size()
+	return data, nil
 }
 
-// Inject is a build step: it gives the trainer container the endpoint's env vars and mounts its
-// token and CA, and adds the CA's ConfigMap to the children created once.
-func (e *Endpoint) Inject(b *framework.Draft) error {
-	ca, err := e.caPEM()
-	if err != nil {
-		return err
-	}
+// inject gives the trainer container the endpoint's env vars and mounts its token and the CA,
+// and adds the CA's ConfigMap to the children created with the JobSet.
+func (e *Endpoint) inject(b *framework.Draft, ca []byte) {
 	tj := b.TrainJob
 	b.Create = append(b.Create, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -130,7 +145,6 @@ func (e *Endpoint) Inject(b *framework.Draft) error {
 		corev1.EnvVar{Name: CACertEnv, Value: path.Join(MountPath, caFile)},
 		corev1.EnvVar{Name: TokenEnv, Value: path.Join(MountPath, tokenFile)},
 	)
-	return nil
 }
 
 // volume projects the TrainJob's token and the CA into one folder.

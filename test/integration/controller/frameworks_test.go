@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +18,8 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/progress"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
@@ -193,4 +197,53 @@ func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	current := &trainer.TrainJob{}
 	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), current))
 	return current
+}
+
+// TestProgressWiringFollowsTheCAFile: the progress endpoint's CA is a file beside the webhook
+// certificate. While it is missing (a certificate provider that writes only tls.crt and tls.key),
+// TrainJobs are built and run without progress reporting, each told so in a Warning event; once
+// it is there they are wired to it, and a renewed CA reaches every TrainJob built after it.
+func TestProgressWiringFollowsTheCAFile(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	stopManager()
+	stop, err := cluster.StartManager(controller.Options{
+		MaxConcurrentReconciles: 4,
+		Progress:                &progress.Endpoint{URL: "https://progress.example", CAFile: caFile},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		stop()
+		var err error
+		stopManager, err = startManager()
+		require.NoError(t, err)
+	})
+	build := func(name string) *jobsetv1alpha2.JobSet {
+		tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		return waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	}
+	caOf := func(name string) string {
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: progress.ConfigMapName(name)}, cm))
+		return cm.Data["ca.crt"]
+	}
+
+	js := build("no-ca")
+	assert.NotContains(t, envOf(container(t, js, "node", "node")), progress.URLEnv)
+	tj := got(t, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "no-ca", Namespace: ns}})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, tj), "Warning/"+trainer.TrainJobProgressUnavailableReason)
+	}, timeout, interval)
+
+	require.NoError(t, os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\nfirst\n-----END CERTIFICATE-----\n"), 0o644))
+	js = build("first-ca")
+	assert.Equal(t, "https://progress.example"+progress.Path(ns, "first-ca"), envOf(container(t, js, "node", "node"))[progress.URLEnv])
+	assert.Contains(t, caOf("first-ca"), "first")
+
+	// cert-manager and cert-controller renew a CA by writing the file anew.
+	require.NoError(t, os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\nrenewed\n-----END CERTIFICATE-----\n"), 0o644))
+	build("renewed-ca")
+	assert.Contains(t, caOf("renewed-ca"), "renewed")
 }
