@@ -49,7 +49,7 @@ func TestMetricsTellWhatHappened(t *testing.T) {
 	waitForTrainJob(t, running, isTrue(trainer.TrainJobRunning))
 	waitForTrainJob(t, taken, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		assert.Len(c, tj.Status.Conditions, 1)
-		assert.Equal(c, trainer.TrainJobJobsCreationFailedReason, tj.Status.Conditions[0].Reason)
+		assert.Equal(c, trainer.TrainJobObjectNotOwnedReason, tj.Status.Conditions[0].Reason)
 	})
 
 	plain := map[string]string{"framework": "plain"}
@@ -69,7 +69,7 @@ func TestMetricsTellWhatHappened(t *testing.T) {
 		assert.GreaterOrEqual(c, delta("trainjob_time_to_jobset_seconds", plain), 3.0, "JobSets created")
 		assert.GreaterOrEqual(c, delta("trainjob_time_to_running_seconds", plain), 1.0, "TrainJobs running")
 		assert.GreaterOrEqual(c, delta("trainjob_time_to_first_pod_running_seconds", plain), 3.0, "TrainJobs whose first pod ran")
-		assert.GreaterOrEqual(c, delta("trainjob_creation_failures_total", with("reason", trainer.TrainJobJobsCreationFailedReason)), 1.0)
+		assert.GreaterOrEqual(c, delta("trainjob_creation_failures_total", with("reason", trainer.TrainJobObjectNotOwnedReason)), 1.0)
 		assert.GreaterOrEqual(c, delta("trainjob_gang_wait_seconds", map[string]string{"scheduler": "coscheduling"}), 1.0, "gangs scheduled")
 	}, timeout, interval)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -51,7 +52,8 @@ func onTheRealNode(w *utiltesting.TrainJobWrapper, framework string, numNodes in
 }
 
 // logsOf returns the logs of the TrainJob's pods on the real node, by pod name, as the kubelet
-// serves them to `kubectl logs`.
+// serves them to `kubectl logs`. A pod deleted meanwhile has none: a finished JobSet deletes its
+// Jobs that still run (MPI's node pods, once the launcher succeeded).
 func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
 	t.Helper()
 	clientset, err := kubernetes.NewForConfig(cluster.Env.Config)
@@ -59,6 +61,9 @@ func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
 	logs := map[string]string{}
 	for _, p := range pods(t, tj) {
 		data, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+		if apierrors.IsNotFound(err) {
+			continue
+		}
 		require.NoError(t, err, "logs of pod %s", p.Name)
 		logs[p.Name] = string(data)
 	}
