@@ -180,7 +180,7 @@ $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar &: $(IMAGES_TOOL) $(PROBE_SOURCE
 	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/pause:v1 -entrypoint /probe,pause -o $(IMAGES_DIR)/pause.tar
 	rm -rf $(IMAGES_DIR)/rootfs
 
-## The MPI image: Debian with OpenSSH and Open MPI, as mpi-operator's images are set up
+## The MPI image: Debian with OpenSSH, Open MPI and Python 3, as mpi-operator's images are set up
 ## (hack/images/mpi-rootfs.sh, with debootstrap from Debian's mirror; about 2 minutes).
 $(IMAGES_DIR)/mpi.tar: $(IMAGES_TOOL) hack/images/mpi-rootfs.sh | $(LOCALBIN)
 	mkdir -p $(IMAGES_DIR)

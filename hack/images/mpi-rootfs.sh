@@ -1,6 +1,7 @@
 #!/bin/sh
 # Writes into $1 the root file system of the real node's MPI image: Debian bookworm (minbase)
-# with OpenSSH and Open MPI, set up as mpi-operator's images are, which the shipped mpi-distributed
+# with OpenSSH, Open MPI and Python 3 (the e2e suite's real Python trainer reports its progress
+# with it, through OpenSSL), set up as mpi-operator's images are, which the shipped mpi-distributed
 # runtime expects: a user mpiuser (uid 1000) whose sshd runs unprivileged on port 2222 with
 # ~/.sshd_config, taking the mounted private key as its host key, and an ssh client that trusts
 # any host on that port. Needs root and debootstrap (hack/realnode-deps.sh).
@@ -8,7 +9,7 @@ set -eu
 dir=$1
 mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 rm -rf "$dir"
-debootstrap --variant=minbase --include=openssh-server,openssh-client,openmpi-bin \
+debootstrap --variant=minbase --include=openssh-server,openssh-client,openmpi-bin,python3 \
 	bookworm "$dir" "${mirror:-http://deb.debian.org/debian}" >"$dir.log" 2>&1 ||
 	{ tail -20 "$dir.log" >&2; exit 1; }
 chroot "$dir" useradd --create-home --uid 1000 --shell /bin/bash mpiuser

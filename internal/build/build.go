@@ -9,7 +9,8 @@
 // specs of spec.runtimePatches; merge the TrainJob's labels and annotations, then those of
 // spec.runtimePatches; stamp the gang's labels (after the TrainJob's steps, so that
 // nothing in the TrainJob can remove them); write out JobSet's defaults; check that JobSet accepts
-// the names of the Jobs and pods; set the name, namespace, suspension and owner. The PodGroup, if
+// the names of the Jobs and pods, and that the JobSet's labels and annotations, copied into every
+// template, fit what etcd stores; set the name, namespace, suspension and owner. The PodGroup, if
 // the runtime's gang policy needs one, is sized from the finished JobSet.
 package build
 
@@ -79,6 +80,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		gang.Stamp,
 		applyJobSetDefaults,
 		checkNames,
+		checkSize,
 	})
 	for _, step := range steps {
 		if err := step(b); err != nil {

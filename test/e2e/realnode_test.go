@@ -278,3 +278,41 @@ func TestGangOnTheRealNodeStartsAllOrNone(t *testing.T) {
 		assert.Equal(t, corev1.PodSucceeded, p.Status.Phase, "pod %s", p.Name)
 	}
 }
+
+// trainerScript is a trainer's progress report in Python, as upstream's SDK sends it: urllib
+// over Python's ssl module (OpenSSL), trusting only the CA the operator mounts, with the token
+// the kubelet projects.
+const trainerScript = `
+import json, os, ssl, urllib.request
+ctx = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
+token = open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read().strip()
+body = {"trainerStatus": {"progressPercentage": 100, "metrics": [{"name": "loss", "value": "0.125"}]}}
+req = urllib.request.Request(os.environ["KUBEFLOW_TRAINER_SERVER_URL"], data=json.dumps(body).encode(), method="POST",
+                             headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+    print("reported:", resp.status)
+`
+
+// TestARealPythonTrainerReportsProgress runs a trainer on the real node that reports its progress
+// with Python's TLS, which, unlike Go's, refuses a serving certificate handed out as its own CA:
+// the local cluster's webhook certificate is signed by a CA of its own, as a real install's is,
+// and the trainer reaches the endpoint, and its report is in the TrainJob's status.
+func TestARealPythonTrainerReportsProgress(t *testing.T) {
+	ns := newNamespace(t)
+	tj := onTheRealNode(utiltesting.MakeTrainJob("python", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed"), "torch", 1)
+	tj.Spec.Trainer.Image = ptr.To(testenv.MPIImage)
+	tj.Spec.Trainer.Command = []string{"python3", "-c", trainerScript}
+	tj.Spec.Trainer.Env = nil
+	got, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
+	for _, log := range logs {
+		assert.Contains(t, log, "reported: 200")
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got = &trainer.TrainJob{}
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got))
+		if assert.NotNil(c, got.Status.TrainerStatus) {
+			assert.Equal(c, ptr.To[int32](100), got.Status.TrainerStatus.ProgressPercentage)
+			assert.Equal(c, []trainer.Metric{{Name: "loss", Value: "0.125"}}, got.Status.TrainerStatus.Metrics)
+		}
+	}, realPolling.Timeout, realPolling.Interval)
+}

@@ -98,18 +98,19 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 			err = fmt.Errorf("%w (the logs of the cluster's programs are kept in %s)", err, c.LogDir())
 		}
 	}()
-	if hooks := env.WebhookInstallOptions; hooks.LocalServingCertDir != "" {
-		// Beside the serving certificate, its CA, where cert-manager's and the operator's own
-		// Secrets have it: the progress endpoint hands it to the trainers.
-		if err := os.WriteFile(filepath.Join(hooks.LocalServingCertDir, "ca.crt"), hooks.LocalServingCAData, 0o644); err != nil {
-			return nil, err
-		}
-	}
 	// Tests create objects in numbers: not at client-go's default 5 queries per second.
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 500, 500
 	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
 		return nil, err
+	}
+	if hooks := &env.WebhookInstallOptions; hooks.LocalServingCertDir != "" {
+		// A serving certificate signed by a CA, with the CA beside it as ca.crt, where
+		// cert-manager's and the operator's own Secrets have it: the progress endpoint hands it
+		// to the trainers.
+		if err := issueServingCert(context.Background(), c.Client, hooks); err != nil {
+			return nil, err
+		}
 	}
 	if s.local != nil {
 		if err := c.startLocal(*s.local); err != nil {

@@ -32,8 +32,8 @@ const (
 	// does with the operator's wiring; PauseImage the real node's pod sandbox.
 	ProbeImage = "localcluster.local/probe:v1"
 	PauseImage = "localcluster.local/pause:v1"
-	// MPIImage is Debian with OpenSSH and Open MPI, set up as mpi-operator's images are
-	// (hack/images/mpi-rootfs.sh): what the shipped mpi-distributed runtime expects.
+	// MPIImage is Debian with OpenSSH, Open MPI and Python 3, set up as mpi-operator's images
+	// are (hack/images/mpi-rootfs.sh): what the shipped mpi-distributed runtime expects.
 	MPIImage = "localcluster.local/mpi:v1"
 	// TorchImage is Debian with python3-torch and /allreduce.py (hack/images/torch-rootfs.sh),
 	// written by `make images-torch`.

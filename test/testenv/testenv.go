@@ -126,6 +126,13 @@ func newEnv(s *settings) (*envtest.Environment, error) {
 			return nil, err
 		}
 		env.WebhookInstallOptions.Paths = []string{filepath.Join(root, "config", "webhook")}
+		if s.local != nil && s.local.RealNode {
+			// The webhook server, and so the progress endpoint, on the machine's address, which
+			// the real node's pods reach (loopback is their own).
+			if env.WebhookInstallOptions.LocalServingHost, err = nodeIP(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if s.local == nil && !s.noJobSetWebhooks {
 		// No JobSet controller runs: the manager serves JobSet's webhooks itself (StartManager),

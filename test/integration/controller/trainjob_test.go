@@ -639,3 +639,25 @@ func TestOneWriterOfTheStatusWhenTheRuntimeGoes(t *testing.T) {
 	}
 	assert.Equal(t, []string{"trainer.kubeflow.org/trainjob-controller"}, writers)
 }
+
+// TestAJobSetTooLargeToStoreFailsOnceWithAReason: a TrainJob's annotations are copied into its
+// JobSet and every Job and pod template; 250 KiB of them on a runtime of two replicated jobs make
+// a JobSet etcd would refuse, on every try, with a reason that names nothing the user wrote. The
+// TrainJob says at once which field is too large, and is not tried again.
+func TestAJobSetTooLargeToStoreFailsOnceWithAReason(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj := mpiTrainJob("bulky", ns)
+	tj.Spec.Annotations = map[string]string{"notes": strings.Repeat("x", 250<<10)}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
+		`spec.annotations: Invalid value: "250 KiB": the JobSet would hold 1250 KiB of labels and annotations`)
+	before := reconcileErrors(t, "mpi")
+	time.Sleep(3 * time.Second) // Backoff would have retried several times by now.
+	assert.Equal(t, before, reconcileErrors(t, "mpi"), "the TrainJob was retried")
+	assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})))
+}

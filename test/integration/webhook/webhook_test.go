@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -166,6 +167,9 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{"spec.runtimeRef.kind", `Unsupported value: "Runtime"`}},
 		{"an unknown manager", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.ManagedBy = ptr.To("me") }),
 			[]string{"spec.managedBy", `Unsupported value: "me"`}},
+		{"annotations that make a JobSet etcd cannot store", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Annotations = map[string]string{"notes": strings.Repeat("x", 250<<10)}
+		}), []string{`spec.annotations: Invalid value: "250 KiB": the JobSet would hold`}},
 
 		// Runtimes no TrainJob could be built from: rejected by the runtime webhooks.
 		{"a runtime without a trainer job", rt("r1", utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),

@@ -1,0 +1,65 @@
+package build
+
+import (
+	"fmt"
+
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// maxMetadataBytes bounds the labels and annotations of a JobSet and its Job and pod templates,
+// all together. etcd stores an object of at most 1.5 MiB (its default --max-request-bytes), and a
+// JobSet holds each label and annotation of the TrainJob once for itself and once in each Job and
+// pod template: 256 KiB of annotations, what the API server lets one object have, with a runtime
+// of three replicated jobs, make 1.75 MiB. The rest of the JobSet (its containers) needs room too.
+const maxMetadataBytes = 1 << 20
+
+// checkSize refuses a TrainJob whose JobSet could not be stored: it would be refused on every
+// write, never with a reason that tells what to change.
+func checkSize(b *framework.Draft) error {
+	js := b.JobSet
+	metas := []*metav1.ObjectMeta{&js.ObjectMeta}
+	for i := range js.Spec.ReplicatedJobs {
+		t := &js.Spec.ReplicatedJobs[i].Template
+		metas = append(metas, &t.ObjectMeta, &t.Spec.Template.ObjectMeta)
+	}
+	total, tooManyAnnotations := 0, false
+	for _, m := range metas {
+		total += mapBytes(m.Labels) + mapBytes(m.Annotations)
+		tooManyAnnotations = tooManyAnnotations || apivalidation.ValidateAnnotationsSize(m.Annotations) != nil
+	}
+	copies := len(metas)
+	var detail string
+	switch {
+	case tooManyAnnotations:
+		detail = fmt.Sprintf("the JobSet, a Job or a pod would have more than the %d KiB of annotations Kubernetes lets an object have, "+
+			"the TrainJob's and the runtime's together", apivalidation.TotalAnnotationSizeLimitB>>10)
+	case total > maxMetadataBytes:
+		detail = fmt.Sprintf("the JobSet would hold %d KiB of labels and annotations, more than the %d KiB it may (etcd stores at most 1.5 MiB of an object): "+
+			"each of the TrainJob's is copied into the JobSet and each of its Job and pod templates, %d times", total>>10, maxMetadataBytes>>10, copies)
+	default:
+		return nil
+	}
+	spec := field.NewPath("spec")
+	tj := b.TrainJob
+	annotations, labels := mapBytes(tj.Spec.Annotations)*copies, mapBytes(tj.Spec.Labels)*copies
+	switch {
+	case annotations > 0 && annotations >= labels && (tooManyAnnotations || annotations > total/2):
+		return field.Invalid(spec.Child("annotations"), fmt.Sprintf("%d KiB", mapBytes(tj.Spec.Annotations)>>10), detail)
+	case labels > total/2:
+		return field.Invalid(spec.Child("labels"), fmt.Sprintf("%d KiB", mapBytes(tj.Spec.Labels)>>10), detail)
+	}
+	return b.RuntimeError(field.Invalid(field.NewPath("spec", "template"), fmt.Sprintf("%d KiB", total>>10), detail))
+}
+
+// mapBytes is about what a map takes as JSON: its keys and values, quoted, with their separators.
+func mapBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v) + 6
+	}
+	return n
+}

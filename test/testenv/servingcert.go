@@ -1,0 +1,72 @@
+package testenv
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// issueServingCert replaces envtest's webhook serving certificate with one signed by a CA of its
+// own, as cert-manager or the operator's rotation issue them: the folder gets tls.crt (the
+// certificate, then the CA), tls.key and ca.crt (the CA alone), and the webhook configurations
+// trust the CA. envtest's own certificate is signed by a CA it keeps to itself, and it hands out
+// the serving certificate as the CA: Go's TLS accepts that as a root, OpenSSL (Python's trainers)
+// does not.
+func issueServingCert(ctx context.Context, c client.Client, hooks *envtest.WebhookInstallOptions) error {
+	var ips []net.IP
+	var names []string
+	for _, name := range []string{"localhost", hooks.LocalServingHostExternalName} {
+		if ip := net.ParseIP(name); ip != nil {
+			ips = append(ips, ip)
+		} else if name != "" {
+			names = append(names, name)
+		}
+	}
+	chain, key, err := certutil.GenerateSelfSignedCertKey(hooks.LocalServingHost, ips, names)
+	if err != nil {
+		return fmt.Errorf("issuing the webhook serving certificate: %w", err)
+	}
+	_, rest := pem.Decode(chain) // The serving certificate; rest is its CA.
+	ca := rest
+	files := map[string][]byte{"tls.crt": chain, "tls.key": key, "ca.crt": ca}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(hooks.LocalServingCertDir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	hooks.LocalServingCAData = ca
+
+	for _, cfg := range hooks.MutatingWebhooks {
+		live := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: cfg.Name}, live); err != nil {
+			return err
+		}
+		for i := range live.Webhooks {
+			live.Webhooks[i].ClientConfig.CABundle = ca
+		}
+		if err := c.Update(ctx, live); err != nil {
+			return err
+		}
+	}
+	for _, cfg := range hooks.ValidatingWebhooks {
+		live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: cfg.Name}, live); err != nil {
+			return err
+		}
+		for i := range live.Webhooks {
+			live.Webhooks[i].ClientConfig.CABundle = ca
+		}
+		if err := c.Update(ctx, live); err != nil {
+			return err
+		}
+	}
+	return nil
+}
