@@ -85,6 +85,11 @@ const (
 	// without progress reporting: the operator cannot read the CA its trainer would need.
 	TrainJobProgressUnavailableReason = "ProgressUnavailable"
 
+	// TrainJobRebuildingReason explains Suspended=True for a TrainJob that was suspended, changed
+	// and resumed while the operator did not see it: its JobSet, still running the previous spec,
+	// is stopped and built again, then resumed.
+	TrainJobRebuildingReason = "Rebuilding"
+
 	// TrainJobJobSetDeletedReason explains Failed=True when the TrainJob's JobSet was deleted
 	// after its pods may have run, before the operator saw it finish: how the training ended is
 	// unknown, and it is never run a second time. Create the TrainJob again to run it again.

@@ -88,8 +88,9 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // reconcile writes the TrainJob's PodGroup, pg, if it needs to. The PodGroup is built with the
-// JobSet's rule: from the TrainJob as it is now, while its JobSet is suspended or not there yet.
-// A running gang is settled (but its PodGroup is put back if someone deleted it).
+// JobSet's rule: from the TrainJob as it is now, while its JobSet is suspended or not there yet,
+// or about to be stopped to be built again (changedUnseen). A running gang is settled (but its
+// PodGroup is put back if someone deleted it).
 func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, pg client.Object) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(tj)
 	err := r.client.Get(ctx, key, pg)
@@ -103,7 +104,7 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 		js := &jobsetv1alpha2.JobSet{}
 		if err := r.client.Get(ctx, key, js); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, err
-		} else if err == nil && !ptr.Deref(js.Spec.Suspend, false) {
+		} else if err == nil && !ptr.Deref(js.Spec.Suspend, false) && !changedUnseen(tj, js) {
 			return ctrl.Result{}, nil
 		}
 	case !apierrors.IsNotFound(err):

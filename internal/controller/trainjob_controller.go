@@ -197,6 +197,19 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		// Being deleted: to be created again (below) if its pods never ran. Its deletion queues
 		// the TrainJob.
 		return ctrl.Result{}, nil
+	case js != nil && !jobSetWasSuspended && changedUnseen(tj, js):
+		// The suspension the operator did not see is made now: the JobSet's pods stop, and the
+		// JobSet is built again from the TrainJob's spec (its update queues the TrainJob).
+		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.Info("The TrainJob was suspended, changed and resumed unseen: suspending its JobSet to build it again", "jobSet", klog.KObj(js))
+		// Suspended, in fact, until it is built again: were it made anew (recreate), its pods
+		// are known not to run.
+		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobRebuildingReason,
+			"The TrainJob was suspended, changed and resumed while the operator could not see it: its JobSet, which still ran the previous spec, is stopped and built again from this one")
+		setRunning(tj, 0, 0)
+		return ctrl.Result{}, nil
 	case js == nil || (jobSetWasSuspended && !framework.Built(js, tj)):
 		if rt == nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
@@ -326,6 +339,19 @@ func (r *TrainJobReconciler) jobSetNotSeen(ctx context.Context, tj *trainer.Trai
 	default:
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
+}
+
+// changedUnseen reports whether a TrainJob whose JobSet runs was suspended, changed and resumed
+// while the operator did not see it (it was down, failing over, or its cache lagged). Admission
+// lets a running TrainJob change nothing but spec.suspend, and each update of the spec is a
+// generation: a spec unlike the JobSet's, two or more generations after the one the operator last
+// reconciled (its Created condition's), went through a suspension. One generation is an edit
+// admission did not check (webhooks off): the running JobSet is left alone, as documented. A
+// JobSet running the TrainJob's previous spec is then stopped and built again, as the suspension
+// and resume would have done.
+func changedUnseen(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
+	c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated)
+	return c != nil && c.Status == metav1.ConditionTrue && tj.Generation-c.ObservedGeneration >= 2 && !framework.Built(js, tj)
 }
 
 // setNotOurs says that the TrainJob waits for an object of a child's name that is not its own.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
@@ -100,4 +101,50 @@ func TestAJobSetDeletedAfterItsPodsMayHaveRunIsNotCreatedAgain(t *testing.T) {
 		assert.NotEqual(c, jobSets["suspended"].UID, js.UID)
 	})
 	assert.Equal(t, ptr.To(true), again.Spec.Suspend)
+}
+
+// TestAnEditMadeWhileSuspendedIsNeverDropped: while no manager runs, a running gang TrainJob is
+// suspended, given more nodes and a label, and resumed, as Kueue's preemption and re-admission
+// would. The manager that starts sees only the resumed TrainJob, its JobSet still running the
+// old spec: it stops the JobSet, resizes the PodGroup, builds the JobSet again (a new one: its
+// size cannot change in place) and resumes it, and the TrainJob does not fail for the JobSet it
+// deleted itself.
+func TestAnEditMadeWhileSuspendedIsNeverDropped(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	tj := utiltesting.MakeTrainJob("unseen", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	first := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+
+	stopManager()
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) })
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
+		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](3)}
+		tj.Spec.Labels = map[string]string{"edited": "while-suspended"}
+	})
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+
+	js := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.NotEqual(c, first.UID, js.UID, "the JobSet running the old spec is still there")
+		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
+	})
+	assert.Equal(t, ptr.To[int32](3), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	assert.Equal(t, "while-suspended", js.Labels["edited"])
+	pg := &schedulerpluginsv1alpha1.PodGroup{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+	assert.Equal(t, int32(3), pg.Spec.MinMember, "the JobSet was resumed before its PodGroup was resized")
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason)
+	})
+	assert.Nil(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed), "the TrainJob failed for the JobSet the operator deleted to build it again")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, got), "Normal/"+trainer.TrainJobRebuildingReason)
+	}, timeout, interval)
 }
