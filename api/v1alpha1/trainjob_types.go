@@ -132,6 +132,7 @@ type TrainJob struct {
 }
 
 // TrainJobSpec is the desired TrainJob: which runtime to use and what to change in it.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.activeDeadlineSeconds) || has(self.activeDeadlineSeconds)",message="activeDeadlineSeconds may not be removed once set"
 type TrainJobSpec struct {
 	// RuntimeRef names the TrainingRuntime or ClusterTrainingRuntime this TrainJob runs from.
 	// It cannot be changed after creation.
@@ -182,7 +183,7 @@ type TrainJobSpec struct {
 	// ActiveDeadlineSeconds is how long the TrainJob may run, counted from when it last started
 	// running: its creation, or its last resume (a resume restarts the clock, as for a Job). Past
 	// it, the TrainJob is Failed with reason DeadlineExceeded and its pods are stopped. It cannot
-	// be changed once set.
+	// be changed nor removed once set.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="activeDeadlineSeconds is immutable"

@@ -133,7 +133,14 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	case err != nil:
 		return ctrl.Result{}, err
 	case js != nil && !metav1.IsControlledBy(js, tj):
+		// Someone else's JobSet is never touched; the TrainJob's deadline still holds: it never
+		// ran, and fails when its time is up.
 		setNotOurs(tj, notOurs(r.client, js))
+		if left, ok := timeLeft(tj, time.Now()); ok && left <= 0 {
+			setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason,
+				fmt.Sprintf("TrainJob passed its spec.activeDeadlineSeconds (%ds) waiting for JobSet %q, which is not its own: it never ran",
+					*tj.Spec.ActiveDeadlineSeconds, js.Name))
+		}
 		return ctrl.Result{}, nil
 	case js != nil && js.Status.TerminalState != "":
 		setJobSetStatus(tj, js)

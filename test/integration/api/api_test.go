@@ -336,6 +336,14 @@ func TestImmutableFields(t *testing.T) {
 			change: func(tj *trainer.TrainJob) { tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](7200) },
 			want:   "activeDeadlineSeconds is immutable",
 		},
+		"activeDeadlineSeconds removed, which would let the TrainJob escape it": {
+			change: func(tj *trainer.TrainJob) { tj.Spec.ActiveDeadlineSeconds = nil },
+			want:   "activeDeadlineSeconds may not be removed once set",
+		},
+		"activeDeadlineSeconds removed while suspended": {
+			change: func(tj *trainer.TrainJob) { tj.Spec.Suspend, tj.Spec.ActiveDeadlineSeconds = ptr.To(true), nil },
+			want:   "activeDeadlineSeconds may not be removed once set",
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -661,3 +661,28 @@ func TestAJobSetTooLargeToStoreFailsOnceWithAReason(t *testing.T) {
 	assert.Equal(t, before, reconcileErrors(t, "mpi"), "the TrainJob was retried")
 	assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})))
 }
+
+// TestADeadlineHoldsWhileAForeignJobSetIsInTheWay: a TrainJob with activeDeadlineSeconds waits
+// for a JobSet of its name that someone else made; its deadline passes meanwhile: it fails,
+// saying it never ran, and the other JobSet is left exactly as it was.
+func TestADeadlineHoldsWhileAForeignJobSetIsInTheWay(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	squatter := &jobsetv1alpha2.JobSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: ns},
+		Spec:       jobsetv1alpha2.JobSetSpec{ReplicatedJobs: utiltesting.MakeRuntimeSpec().Obj().Template.Spec.ReplicatedJobs},
+	}
+	require.NoError(t, k8sClient.Create(ctx, squatter))
+	tj := utiltesting.MakeTrainJob("late", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](2)
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, `waiting for JobSet "late", which is not its own: it never ran`)
+	after := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), after))
+	assert.Equal(t, squatter.Generation, after.Generation, "the JobSet that is not the TrainJob's was changed")
+	assert.Equal(t, squatter.Spec.Suspend, after.Spec.Suspend)
+}
