@@ -237,3 +237,29 @@ func TestActiveDeadline(t *testing.T) {
 	assert.GreaterOrEqual(t, failed.LastTransitionTime.Sub(resumedAt), 5*time.Second,
 		"the resumed TrainJob's deadline counted from its creation, not its resume")
 }
+
+// TestAnElasticRunThatNeverGrowsCompletes: an elastic torch gang of 2 to 3 nodes on a pool where
+// only 2 of its 4-CPU pods fit. The gang is placed with 2, the third pod waits for room that never
+// comes, and the run of 2 completes: the Job succeeds once minNodes of its pods did, as torchrun,
+// the gang and the Job agree.
+func TestAnElasticRunThatNeverGrowsCompletes(t *testing.T) {
+	ns := newNamespace(t)
+	addNode(t, ns+"-a", ns, "4")
+	addNode(t, ns+"-b", ns, "4")
+	node := nodeJob("4")
+	node.Template.Spec.Template.Spec.SchedulerName = testenv.CoschedulingScheduler
+	node.Template.Spec.Template.Spec.NodeSelector = map[string]string{"pool": ns}
+	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).
+		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](3)}}).
+		PodGroupPolicy(trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}).Obj())
+	tj := createTrainJob(t, ns, "elastic", "elastic", nil)
+
+	waitForComplete(t, tj)
+	var ran int
+	for _, p := range pods(t, tj) {
+		if p.Spec.NodeName != "" {
+			ran++
+		}
+	}
+	assert.Equal(t, 2, ran, "pods placed: the run was not of minNodes")
+}

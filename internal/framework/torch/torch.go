@@ -5,6 +5,7 @@ package torch
 
 import (
 	"fmt"
+	batchv1 "k8s.io/api/batch/v1"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +77,11 @@ func (torch) Apply(b *framework.Draft) error {
 }
 
 // applyElastic runs maxNodes pods that rendezvous through the c10d store on the first node, and
-// lets torchrun and the JobSet restart the training maxRestarts times.
+// lets torchrun and the JobSet restart the training maxRestarts times. The Job, the gang and
+// torchrun agree on the sizes a run may have: torchrun trains with whatever number of nodes
+// between minNodes and maxNodes joined, the gang is placed with minNodes of them, and the Job
+// succeeds once minNodes pods did (a Job success policy), so that a run which never grew past
+// minNodes completes rather than wait for pods that never ran.
 func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, master string) error {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
 		return field.Forbidden(framework.TrainerPath.Child("numNodes"),
@@ -85,6 +90,10 @@ func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, maste
 	minNodes := ptr.Deref(elastic.MinNodes, 1)
 	maxNodes := ptr.Deref(elastic.MaxNodes, minNodes)
 	b.SetNodes(maxNodes)
+	if minNodes < maxNodes {
+		// The trainer job is Indexed (SetRankEnv), as a success policy needs.
+		b.TrainerJob().Template.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To(minNodes)}}}
+	}
 	b.SetEnv(
 		corev1.EnvVar{Name: EnvNumNodes, Value: fmt.Sprintf("%d:%d", minNodes, maxNodes)},
 		corev1.EnvVar{Name: EnvRdzvBackend, Value: "c10d"},

@@ -132,7 +132,7 @@ func TestTorch(t *testing.T) {
 			trainJob: tj().NumProcPerNode(intstr.FromInt32(0)).Obj(),
 			wantErr:  `spec.trainer.numProcPerNode: Invalid value: "0": must be auto, cpu, gpu or a positive integer`,
 		},
-		"elastic runs maxNodes pods with a c10d rendezvous and the JobSet restarts as torchrun does": {
+		"elastic runs maxNodes pods with a c10d rendezvous, succeeds with minNodes of them, and the JobSet restarts as torchrun does": {
 			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
 				NumProcPerNode: ptr.To(intstr.FromInt32(2)),
 				ElasticPolicy:  &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](5), MaxRestarts: ptr.To[int32](3)},
@@ -142,6 +142,7 @@ func TestTorch(t *testing.T) {
 				js := utiltesting.MakeJobSet(tj, rt).NumNodes("node", 5).
 					ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
 						j.Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+						j.Template.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To[int32](2)}}}
 					}).
 					Container("node", "node", func(c *corev1.Container) {
 						c.Env = []corev1.EnvVar{
