@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -44,28 +46,33 @@ func issueServingCert(ctx context.Context, c client.Client, hooks *envtest.Webho
 	}
 	hooks.LocalServingCAData = ca
 
+	// Each webhook of the configurations envtest installed trusts the CA.
+	configs := map[string][]string{}
 	for _, cfg := range hooks.MutatingWebhooks {
-		live := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := c.Get(ctx, client.ObjectKey{Name: cfg.Name}, live); err != nil {
-			return err
-		}
-		for i := range live.Webhooks {
-			live.Webhooks[i].ClientConfig.CABundle = ca
-		}
-		if err := c.Update(ctx, live); err != nil {
-			return err
-		}
+		configs["MutatingWebhookConfiguration"] = append(configs["MutatingWebhookConfiguration"], cfg.Name)
 	}
 	for _, cfg := range hooks.ValidatingWebhooks {
-		live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		if err := c.Get(ctx, client.ObjectKey{Name: cfg.Name}, live); err != nil {
-			return err
-		}
-		for i := range live.Webhooks {
-			live.Webhooks[i].ClientConfig.CABundle = ca
-		}
-		if err := c.Update(ctx, live); err != nil {
-			return err
+		configs["ValidatingWebhookConfiguration"] = append(configs["ValidatingWebhookConfiguration"], cfg.Name)
+	}
+	for kind, names := range configs {
+		for _, name := range names {
+			live := &unstructured.Unstructured{}
+			live.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind(kind))
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, live); err != nil {
+				return err
+			}
+			webhooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
+			for _, w := range webhooks {
+				if err := unstructured.SetNestedField(w.(map[string]any), base64.StdEncoding.EncodeToString(ca), "clientConfig", "caBundle"); err != nil {
+					return err
+				}
+			}
+			if err := unstructured.SetNestedSlice(live.Object, webhooks, "webhooks"); err != nil {
+				return err
+			}
+			if err := c.Update(ctx, live); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -207,17 +207,9 @@ func TestProgressWiringFollowsTheCAFile(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	stopManager()
-	stop, err := cluster.StartManager(controller.Options{
+	withManager(t, controller.Options{
 		MaxConcurrentReconciles: 4,
 		Progress:                &progress.Endpoint{URL: "https://progress.example", CAFile: caFile},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		stop()
-		var err error
-		stopManager, err = startManager()
-		require.NoError(t, err)
 	})
 	build := func(name string) *jobsetv1alpha2.JobSet {
 		tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()

@@ -120,22 +120,19 @@ func TestSuspendedGangIsResized(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Suspend(true).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
-	minMember := func(c *assert.CollectT) int32 {
+	spec := func(c *assert.CollectT) schedulerpluginsv1alpha1.PodGroupSpec {
 		pg := &schedulerpluginsv1alpha1.PodGroup{}
 		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
-		return pg.Spec.MinMember
+		return pg.Spec
 	}
+	minMember := func(c *assert.CollectT) int32 { return spec(c).MinMember }
+	minResources := func(c *assert.CollectT) corev1.ResourceList { return spec(c).MinResources }
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(2), minMember(c)) }, timeout, interval)
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](4)} })
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(4), minMember(c)) }, timeout, interval)
 
 	// A resource the TrainJob no longer asks for leaves the gang's minResources: a stale one
 	// would keep the gang waiting for what it does not need.
-	minResources := func(c *assert.CollectT) corev1.ResourceList {
-		pg := &schedulerpluginsv1alpha1.PodGroup{}
-		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
-		return pg.Spec.MinResources
-	}
 	withGPU := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1")}
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
 		tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: withGPU, Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}

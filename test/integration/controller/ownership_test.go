@@ -55,6 +55,10 @@ func waitsFor(t *testing.T, tj *trainer.TrainJob, kind, name string) {
 // it, and goes on with its own once it is gone.
 func TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched(t *testing.T) {
 	ctx := context.Background()
+	gangTrainJob := func(ns string) *trainer.TrainJob {
+		gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+		return utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	}
 	cases := map[string]struct {
 		trainJob func(ns string) *trainer.TrainJob
 		// object is what was there first, in namespace ns, owned by owner when it is set.
@@ -88,10 +92,7 @@ func TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched(t *testing.T)
 			kind: "ConfigMap",
 		},
 		"a user's PodGroup of the gang's name": {
-			trainJob: func(ns string) *trainer.TrainJob {
-				gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
-				return utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
-			},
+			trainJob: gangTrainJob,
 			object: func(ns string, _ *metav1.OwnerReference) client.Object {
 				return &schedulerpluginsv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: ns},
 					Spec: schedulerpluginsv1alpha1.PodGroupSpec{MinMember: 7}}
@@ -99,10 +100,7 @@ func TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched(t *testing.T)
 			kind: "PodGroup",
 		},
 		"a user's PodGroup of the gang's name with the operator's label": {
-			trainJob: func(ns string) *trainer.TrainJob {
-				gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
-				return utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
-			},
+			trainJob: gangTrainJob,
 			object: func(ns string, _ *metav1.OwnerReference) client.Object {
 				return &schedulerpluginsv1alpha1.PodGroup{
 					ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: ns, Labels: map[string]string{trainer.TrainJobNameLabel: "gang"}},

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -38,6 +39,21 @@ func startManager() (func(), error) {
 	return cluster.StartManager(controller.Options{
 		MaxConcurrentReconciles: 4,
 		RuntimeGracePeriod:      runtimeGracePeriod,
+	})
+}
+
+// withManager replaces the suite's manager, for the rest of the test, with one of other options
+// or cache settings; the suite's comes back when the test ends.
+func withManager(t *testing.T, opts controller.Options, cacheEdits ...func(*cache.Options)) {
+	t.Helper()
+	stopManager()
+	stop, err := cluster.StartManager(opts, cacheEdits...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		stop()
+		var err error
+		stopManager, err = startManager()
+		require.NoError(t, err)
 	})
 }
 

@@ -415,8 +415,7 @@ func TestAJobSetOfTheSameNameThatIsNotOursIsNotTakenButWaitedFor(t *testing.T) {
 func TestAJobSetTheCacheHasNotSeenIsNotTakenOver(t *testing.T) {
 	ns, runtime := setup(t)
 	const hidden = "test.trainer.kubeflow.org/hidden-from-the-cache"
-	stopManager()
-	stop, err := cluster.StartManager(controller.Options{MaxConcurrentReconciles: 4}, func(o *cache.Options) {
+	withManager(t, controller.Options{MaxConcurrentReconciles: 4}, func(o *cache.Options) {
 		notHidden, err := labels.NewRequirement(hidden, selection.DoesNotExist, nil)
 		require.NoError(t, err)
 		for obj, by := range o.ByObject {
@@ -425,13 +424,6 @@ func TestAJobSetTheCacheHasNotSeenIsNotTakenOver(t *testing.T) {
 				o.ByObject[obj] = by
 			}
 		}
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		stop()
-		var err error
-		stopManager, err = startManager()
-		require.NoError(t, err)
 	})
 
 	squat(t, ns, runtime, "unseen", map[string]string{hidden: "true"})
