@@ -396,6 +396,8 @@ func (r *TrainJobReconciler) jobSetGone(ctx context.Context, tj *trainer.TrainJo
 	setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobJobSetDeletedReason,
 		fmt.Sprintf("JobSet %q was deleted before it finished, after its pods may have run: the training is not run a second time. "+
 			"Create the TrainJob again to run it again", tj.Name))
+	// Nothing runs: no counts of a JobSet that is gone.
+	tj.Status.JobsStatus, tj.Status.Ready = nil, ""
 	setRunning(tj, 0, 0)
 	return ctrl.Result{}, nil
 }

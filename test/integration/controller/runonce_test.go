@@ -93,6 +93,7 @@ func TestAJobSetDeletedAfterItsPodsMayHaveRunIsNotCreatedAgain(t *testing.T) {
 			conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobJobSetDeletedReason)
 		})
 		assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "not run a second time")
+		assert.Empty(t, got.Status.Ready, "READY counts the pods of a JobSet that is gone")
 		noSecondJobSet(t, tj, jobSets[tj.Name])
 	}
 
