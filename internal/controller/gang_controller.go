@@ -63,6 +63,7 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
 	if errors.Is(err, trainingruntime.ErrNotFound) {
+		r.reports.clear(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
@@ -70,11 +71,14 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	pg := gang.PodGroupObject(rt.Spec.PodGroupPolicy)
 	if pg == nil {
+		r.reports.clear(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	result, err := r.reconcile(ctx, tj, rt, pg)
 	var refused *refusedError
 	switch {
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	case isNotOurs(err):
 		r.reports.set(tj, trainer.TrainJobObjectNotOwnedReason, err.Error())
 		return ctrl.Result{RequeueAfter: refusedRetry}, nil

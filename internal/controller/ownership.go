@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/framework"
 )
 
 // The ownership rules, in one place. The operator changes, mounts or deletes only the objects it
@@ -85,8 +83,11 @@ func createChild(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj
 // test operations prove the object the TrainJob's and usable first: its first owner reference is
 // the TrainJob's controller reference, with its UID, and it has no deletionTimestamp (a test for
 // null passes only when the field is absent). The API server applies none of it when a test
-// fails: that is a notOursError. The content is a ConfigMap's data, or a PodGroup's spec and spec
-// hash (a PodGroup is unstructured here); a Secret's keys are never rewritten.
+// fails: that is a notOursError. The content is a ConfigMap's data, or a PodGroup's spec (a
+// PodGroup is unstructured here); a Secret's keys are never rewritten. A PodGroup's labels and
+// annotations (the label that puts it in the operator's cache, its spec hash) are then merged in
+// by a patch that holds only while the PodGroup is the one just proven the TrainJob's (its
+// resourceVersion): others' labels and annotations stay.
 func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj client.Object, owner client.FieldOwner) error {
 	type op struct {
 		Op    string `json:"op"`
@@ -98,27 +99,39 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 		{"test", "/metadata/ownerReferences/0/controller", true},
 		{"test", "/metadata/deletionTimestamp", nil},
 	}
+	u, isPodGroup := obj.(*unstructured.Unstructured)
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
 		ops = append(ops, op{"add", "/data", o.Data})
 	case *unstructured.Unstructured:
-		ops = append(ops, op{"add", "/spec", o.Object["spec"]},
-			op{"add", "/metadata/annotations/" + jsonPointerEscape(framework.SpecHashAnnotation), o.GetAnnotations()[framework.SpecHashAnnotation]})
+		ops = append(ops, op{"add", "/spec", o.Object["spec"]})
 	}
 	data, err := json.Marshal(ops)
 	if err != nil {
 		return err
 	}
-	err = c.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.JSONPatchType, data), owner)
-	if failedTest(err) {
+	proven := obj.DeepCopyObject().(client.Object)
+	err = c.Patch(ctx, proven, client.RawPatch(types.JSONPatchType, data), owner)
+	switch {
+	case failedTest(err):
 		return notOurs(c, obj)
+	case err != nil || !isPodGroup:
+		return err
 	}
-	return err
+	metadata, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": proven.GetResourceVersion(), "labels": u.GetLabels(), "annotations": u.GetAnnotations(),
+	}})
+	if err != nil {
+		return err
+	}
+	return c.Patch(ctx, proven, client.RawPatch(types.MergePatchType, metadata), owner)
 }
 
-// failedTest reports whether the API server refused a JSON patch because a test operation
-// failed: 422 without the kind of an object whose fields are invalid, which a refusal by the
-// object's validation has.
+// failedTest reports whether the API server refused a JSON patch because one of its test
+// operations failed: 422 without the kind of an object whose fields are invalid, which a refusal
+// by the object's validation or an admission policy has. (The API server does not pass on the
+// JSON patch library's words.) The operations after the tests cannot fail: they set members of
+// objects that exist.
 func failedTest(err error) bool {
 	var status apierrors.APIStatus
 	if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
@@ -126,9 +139,4 @@ func failedTest(err error) bool {
 	}
 	details := status.Status().Details
 	return details == nil || details.Kind == ""
-}
-
-// jsonPointerEscape escapes a key for a JSON pointer (RFC 6901).
-func jsonPointerEscape(key string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }

@@ -80,7 +80,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return r.followFinished(ctx, tj)
 	}
 	before := tj.Status.DeepCopy()
-	result, err := r.reconcile(ctx, tj)
+	result, err := r.reconcile(ctx, tj, before)
 	recordCreationFailure(r.framework, tj)
 	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
 		result.RequeueAfter = left // Check the deadline when it passes.
@@ -121,8 +121,9 @@ func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.Tra
 }
 
 // reconcile runs the steps for a TrainJob that is neither finished nor someone else's, and sets
-// its status in memory.
-func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
+// its status in memory. A step that must not happen before the status says so writes it first
+// (commit), and before becomes what was written.
+func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 
 	// 1. Read the JobSet the TrainJob already has, if any. A JobSet that finished decides how
@@ -206,16 +207,19 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, nil
 	case js != nil && !jobSetWasSuspended && changedUnseen(tj, js):
 		// The suspension the operator did not see is made now: the JobSet's pods stop, and the
-		// JobSet is built again from the TrainJob's spec (its update queues the TrainJob).
-		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
-			return ctrl.Result{}, err
-		}
-		log.Info("The TrainJob was suspended, changed and resumed unseen: suspending its JobSet to build it again", "jobSet", klog.KObj(js))
-		// Suspended, in fact, until it is built again: were it made anew (recreate), its pods
-		// are known not to run.
+		// JobSet is built again from the TrainJob's spec (its update queues the TrainJob). The
+		// status says so first: until it is built again, the TrainJob is in fact suspended, and
+		// its pods known not to run (mayHaveRun).
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobRebuildingReason,
 			"The TrainJob was suspended, changed and resumed while the operator could not see it: its JobSet, which still ran the previous spec, is stopped and built again from this one")
 		setRunning(tj, 0, 0)
+		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {
+			return result, err
+		}
+		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.Info("The TrainJob was suspended, changed and resumed unseen: suspended its JobSet to build it again", "jobSet", klog.KObj(js))
 		return ctrl.Result{}, nil
 	case js == nil || (jobSetWasSuspended && !framework.Built(js, tj)):
 		if rt == nil {
@@ -245,7 +249,14 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				return ctrl.Result{}, err
 			}
 		}
-		err = r.write(ctx, tj, children, js)
+		// The children beside the JobSet first, so that its pods find what they mount; they are
+		// created with the JobSet, and again only when it is created again.
+		if js == nil {
+			err = r.createChildren(ctx, tj, children)
+		}
+		if err == nil {
+			err = r.writeJobSet(ctx, tj, children, js)
+		}
 		switch {
 		case errors.Is(err, errJobSetExists):
 			return r.jobSetNotSeen(ctx, tj)
@@ -256,7 +267,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		case js != nil && apierrors.IsInvalid(err):
 			// JobSet lets a suspended JobSet change only its pods' labels, annotations, node
 			// selector, tolerations and scheduling gates. Other changes make a new one.
-			return ctrl.Result{}, r.recreate(ctx, js, err)
+			return r.recreate(ctx, tj, before, js, err)
 		case permanent(err):
 			// Writing it again cannot help: the TrainJob waits for a change to it or its runtime.
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
@@ -413,15 +424,41 @@ func permanent(err error) bool {
 
 // recreate deletes a suspended JobSet that cannot take the TrainJob's changes, so that it is
 // created again as the TrainJob now says. Its Jobs go first (foreground deletion): the new
-// JobSet's Jobs take their names. Its deletion queues the TrainJob.
-func (r *TrainJobReconciler) recreate(ctx context.Context, js *jobsetv1alpha2.JobSet, refusal error) error {
+// JobSet's Jobs take their names. Its deletion queues the TrainJob. The TrainJob's status says
+// first that it is suspended while its JobSet is made anew: a JobSet that is gone once the
+// TrainJob's pods may have run fails the TrainJob (mayHaveRun), and a TrainJob resumed meanwhile
+// would look so.
+func (r *TrainJobReconciler) recreate(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus, js *jobsetv1alpha2.JobSet, refusal error) (ctrl.Result, error) {
+	if !apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended) {
+		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobRebuildingReason,
+			"The TrainJob's JobSet is suspended and made anew with its changes")
+		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {
+			return result, err
+		}
+	}
 	err := r.client.Delete(ctx, js, client.PropagationPolicy(metav1.DeletePropagationForeground), client.Preconditions{UID: &js.UID})
 	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting JobSet %s to create it again: %w", klog.KObj(js), err)
+		return ctrl.Result{}, fmt.Errorf("deleting JobSet %s to create it again: %w", klog.KObj(js), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleting the suspended JobSet to create it again with the TrainJob's changes",
 		"jobSet", klog.KObj(js), "refusal", refusal.Error())
-	return nil
+	return ctrl.Result{}, nil
+}
+
+// commit writes the TrainJob's status as it is now, ahead of a step that must not happen before
+// the status says so, and tells the transitions; before becomes the status written. A conflict
+// asks for the TrainJob to be reconciled again, the step not taken.
+func (r *TrainJobReconciler) commit(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus) (ctrl.Result, error) {
+	switch err := r.writeStatusAndRead(ctx, tj); {
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+	}
+	recordTransitions(r.recorder, tj, before.Conditions)
+	recordMetrics(r.framework, tj, before.Conditions)
+	*before = *tj.Status.DeepCopy()
+	return ctrl.Result{}, nil
 }
 
 // waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that is not there yet, or
@@ -458,24 +495,28 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 // has not seen.
 var errJobSetExists = errors.New("the JobSet exists")
 
-// write writes the children, the JobSet last, so that its pods find what they mount. The first
-// time (js is nil: the cache has no JobSet), the JobSet is created, which fails with
-// errJobSetExists if there is one after all; the children beside it are created then, and only
-// then (createChild: an object of a child's name is used only if it is the TrainJob's own). A
-// JobSet is written again, with server-side apply, only to rebuild it.
-func (r *TrainJobReconciler) write(ctx context.Context, tj *trainer.TrainJob, children *build.Children, js *jobsetv1alpha2.JobSet) error {
-	owner := client.FieldOwner(fieldManager(r.framework))
-	if js == nil {
-		for _, obj := range children.Create {
-			if err := createChild(ctx, r.client, tj, obj, owner); err != nil {
-				if isNotOurs(err) {
-					return err
-				}
-				return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
+// createChildren creates the children beside the JobSet (createChild: an object of a child's name
+// is used only if it is the TrainJob's own).
+func (r *TrainJobReconciler) createChildren(ctx context.Context, tj *trainer.TrainJob, children *build.Children) error {
+	for _, obj := range children.Create {
+		if err := createChild(ctx, r.client, tj, obj, client.FieldOwner(fieldManager(r.framework))); err != nil {
+			if isNotOurs(err) {
+				return err
 			}
+			return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
 		}
+	}
+	return nil
+}
+
+// writeJobSet writes the JobSet. The first time (js is nil: the cache has no JobSet), it is
+// created, which fails with errJobSetExists if there is one after all. It is written again, with
+// server-side apply, only to rebuild it.
+func (r *TrainJobReconciler) writeJobSet(ctx context.Context, tj *trainer.TrainJob, children *build.Children, js *jobsetv1alpha2.JobSet) error {
+	if js == nil {
 		return r.create(ctx, children.JobSet)
 	}
+	owner := client.FieldOwner(fieldManager(r.framework))
 	version, err := r.takeOverCreatedFields(ctx, tj, js)
 	if err != nil {
 		return err
@@ -498,16 +539,37 @@ const statusFieldManager = "trainer.kubeflow.org/trainjob-controller"
 // answer would outlive the reconcile in the events that refer to the TrainJob, which refer to
 // the cached ones instead.
 func (r *TrainJobReconciler) writeStatus(ctx context.Context, tj *trainer.TrainJob) error {
+	_, err := r.putStatus(ctx, tj)
+	return err
+}
+
+// writeStatusAndRead writes the TrainJob's status ahead of the reconcile's own write, which it
+// makes a no-op: the written TrainJob's resourceVersion is read from the answer.
+func (r *TrainJobReconciler) writeStatusAndRead(ctx context.Context, tj *trainer.TrainJob) error {
+	answer, err := r.putStatus(ctx, tj)
+	if err != nil {
+		return err
+	}
+	var written metav1.PartialObjectMetadata
+	if err := json.Unmarshal(answer, &written); err != nil {
+		return err
+	}
+	tj.ResourceVersion = written.ResourceVersion
+	return nil
+}
+
+// putStatus sends the TrainJob's status and returns the API server's answer, undecoded.
+func (r *TrainJobReconciler) putStatus(ctx context.Context, tj *trainer.TrainJob) ([]byte, error) {
 	sent := *tj
 	sent.TypeMeta = metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind}
 	body, err := json.Marshal(&sent)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return r.trainJobs.Put().Namespace(tj.Namespace).Resource("trainjobs").Name(tj.Name).SubResource("status").
 		Param("fieldManager", statusFieldManager).
 		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).
-		Do(ctx).Error()
+		Do(ctx).Raw()
 }
 
 // create creates the JobSet from its apply configuration, so that it holds exactly the fields an

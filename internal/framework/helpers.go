@@ -159,17 +159,24 @@ func TrainingPods(js *jobsetv1alpha2.JobSet) string {
 // changed, never because its runtime did: runtimes are blueprints.
 const SpecHashAnnotation = "trainer.kubeflow.org/trainjob-spec-hash"
 
+// BuiltFrom is a copy of a TrainJob's spec without the fields its children are not built from,
+// which are also the fields a running TrainJob may change: spec.suspend, which the JobSet follows
+// without a rebuild, and spec.ttlSecondsAfterFinished, which only the operator reads.
+func BuiltFrom(spec *trainer.TrainJobSpec) *trainer.TrainJobSpec {
+	s := spec.DeepCopy()
+	s.Suspend, s.TTLSecondsAfterFinished = nil, nil
+	return s
+}
+
 // Built reports whether a child was built from the TrainJob's spec as it is now.
 func Built(child metav1.Object, tj *trainer.TrainJob) bool {
 	return child.GetAnnotations()[SpecHashAnnotation] == SpecHash(tj)
 }
 
-// SpecHash is a digest of everything in a TrainJob's spec that its JobSet is built from: all of
-// it but spec.suspend, which the JobSet follows without a rebuild.
+// SpecHash is a digest of everything in a TrainJob's spec that its JobSet is built from
+// (BuiltFrom).
 func SpecHash(tj *trainer.TrainJob) string {
-	spec := tj.Spec.DeepCopy()
-	spec.Suspend = nil
-	data, _ := json.Marshal(spec) // A spec always encodes: it was decoded from JSON.
+	data, _ := json.Marshal(BuiltFrom(&tj.Spec)) // A spec always encodes: it was decoded from JSON.
 	sum := fnv.New64a()
 	_, _ = sum.Write(data)
 	return strconv.FormatUint(sum.Sum64(), 36)

@@ -102,10 +102,7 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 // alone is never refused: Kueue must always be able to suspend, even a TrainJob whose runtime has
 // changed since it was built, and a TTL may change at any time, as a Job's.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
-	before, after := old.Spec.DeepCopy(), tj.Spec.DeepCopy()
-	before.Suspend, after.Suspend = nil, nil
-	before.TTLSecondsAfterFinished, after.TTLSecondsAfterFinished = nil, nil
-	if apiequality.Semantic.DeepEqual(before, after) {
+	if apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec), framework.BuiltFrom(&tj.Spec)) {
 		return nil, nil
 	}
 	if running(old) && running(tj) {

@@ -13,6 +13,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -284,4 +285,37 @@ func TestAGangIsNeverResumedBeforeItsPodGroupIsResized(t *testing.T) {
 	})
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
 	assert.Equal(t, int32(4), pg.Spec.MinMember)
+}
+
+// TestAPodGroupStrippedOfItsMetadataIsStillTheTrainJobs: someone removes all the labels (which put
+// it in the operator's cache) or all the annotations (its spec hash) of a suspended gang's
+// PodGroup. It is still the TrainJob's, by its owner reference: on resume it is resized and
+// labelled again, and the gang resumes, not wait forever nor be taken for someone else's.
+func TestAPodGroupStrippedOfItsMetadataIsStillTheTrainJobs(t *testing.T) {
+	for name, strip := range map[string]string{
+		"labels":      `{"metadata":{"labels":null}}`,
+		"annotations": `{"metadata":{"annotations":null}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ns := newNamespace(t)
+			gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+			tj := utiltesting.MakeTrainJob("stripped", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Suspend(true).Obj()
+			require.NoError(t, k8sClient.Create(ctx, tj))
+			waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+			pg := &schedulerpluginsv1alpha1.PodGroup{}
+			require.EventuallyWithT(t, func(c *assert.CollectT) { require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg)) }, timeout, interval)
+			require.NoError(t, k8sClient.Patch(ctx, pg, client.RawPatch(types.MergePatchType, []byte(strip))))
+
+			updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
+				tj.Spec.Suspend = ptr.To(false)
+				tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](3)}
+			})
+			waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+			require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+			assert.Equal(t, int32(3), pg.Spec.MinMember)
+			assert.Equal(t, "stripped", pg.Labels[trainer.TrainJobNameLabel])
+			assert.True(t, metav1.IsControlledBy(pg, got(t, tj)))
+		})
+	}
 }

@@ -2,12 +2,15 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -128,6 +131,22 @@ func TestAnEditMadeWhileSuspendedIsNeverDropped(t *testing.T) {
 		tj.Spec.Labels = map[string]string{"edited": "while-suspended"}
 	})
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	// Another writer of the TrainJob meanwhile (a trainer's progress, a label): the operator's
+	// status writes lose conflicts now and then, and no step may rely on one having landed.
+	churn := make(chan struct{})
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		for i := 0; ; i++ {
+			select {
+			case <-churn:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_ = k8sClient.Patch(ctx, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: ns}},
+				client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"churn":"%d"}}}`, i)))
+		}
+	}()
 	stop, err := startManager()
 	require.NoError(t, err)
 	stopManager = stop
@@ -136,6 +155,8 @@ func TestAnEditMadeWhileSuspendedIsNeverDropped(t *testing.T) {
 		assert.NotEqual(c, first.UID, js.UID, "the JobSet running the old spec is still there")
 		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
 	})
+	close(churn)
+	<-churned
 	assert.Equal(t, ptr.To[int32](3), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
 	assert.Equal(t, "while-suspended", js.Labels["edited"])
 	pg := &schedulerpluginsv1alpha1.PodGroup{}
@@ -148,4 +169,34 @@ func TestAnEditMadeWhileSuspendedIsNeverDropped(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, eventReasons(t, got), "Normal/"+trainer.TrainJobRebuildingReason)
 	}, timeout, interval)
+}
+
+// TestTTLEditsOfARunningTrainJobNeverRestartIt: a running TrainJob's ttlSecondsAfterFinished may
+// change (admission allows it, as for a Job), twice while no manager runs: its JobSet is not built
+// from it, so nothing about the running JobSet changes.
+func TestTTLEditsOfARunningTrainJobNeverRestartIt(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("ttl-edits", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	first := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+
+	stopManager()
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](3600) })
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](7200) })
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+
+	waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+		assert.Equal(c, got.Generation, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).ObservedGeneration)
+	})
+	assertNever(t, func() bool {
+		js := &jobsetv1alpha2.JobSet{}
+		return k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js) != nil || js.UID != first.UID || ptr.Deref(js.Spec.Suspend, false)
+	}, "the running JobSet was suspended or replaced for a TTL edit")
+	assert.NotContains(t, eventReasons(t, got(t, tj)), "Normal/"+trainer.TrainJobRebuildingReason)
 }
