@@ -34,7 +34,7 @@ import (
 var Reviews = tokenreview.Options{
 	GoodTTL: time.Minute, BadTTL: time.Minute, Size: cacheSize,
 	QPS: 100, Wait: reviewTimeout,
-	ClientQPS: 1, ClientBurst: 5,
+	ClientQPS: 5, ClientBurst: 10,
 }
 
 const (
