@@ -99,12 +99,13 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 		{"test", "/metadata/ownerReferences/0/controller", true},
 		{"test", "/metadata/deletionTimestamp", nil},
 	}
-	u, isPodGroup := obj.(*unstructured.Unstructured)
+	var podGroup *unstructured.Unstructured
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
 		ops = append(ops, op{"add", "/data", o.Data})
 	case *unstructured.Unstructured:
 		ops = append(ops, op{"add", "/spec", o.Object["spec"]})
+		podGroup = o
 	}
 	data, err := json.Marshal(ops)
 	if err != nil {
@@ -115,11 +116,11 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 	switch {
 	case failedTest(err):
 		return notOurs(c, obj)
-	case err != nil || !isPodGroup:
+	case err != nil || podGroup == nil:
 		return err
 	}
 	metadata, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": proven.GetResourceVersion(), "labels": u.GetLabels(), "annotations": u.GetAnnotations(),
+		"resourceVersion": proven.GetResourceVersion(), "labels": podGroup.GetLabels(), "annotations": podGroup.GetAnnotations(),
 	}})
 	if err != nil {
 		return err

@@ -361,9 +361,9 @@ func (r *TrainJobReconciler) jobSetNotSeen(ctx context.Context, tj *trainer.Trai
 
 // changedUnseen reports whether a TrainJob whose JobSet runs was suspended, changed and resumed
 // while the operator did not see it (it was down, failing over, or its cache lagged). Admission
-// lets a running TrainJob change nothing but spec.suspend, and each update of the spec is a
-// generation: a spec unlike the JobSet's, two or more generations after the one the operator last
-// reconciled (its Created condition's), went through a suspension. One generation is an edit
+// lets a running TrainJob change nothing its JobSet is built from (framework.BuiltFrom), and each
+// update of the spec is a generation: a spec unlike the JobSet's, two or more generations after
+// the one the operator last reconciled (its Created condition's), went through a suspension. One generation is an edit
 // admission did not check (webhooks off): the running JobSet is left alone, as documented. A
 // JobSet running the TrainJob's previous spec is then stopped and built again, as the suspension
 // and resume would have done.

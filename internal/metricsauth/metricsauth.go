@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -116,11 +115,7 @@ func (g *guard) authenticate(ctx context.Context, r *http.Request) (*authenticat
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return nil, nil
 	}
-	from, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		from = r.RemoteAddr
-	}
-	return g.tokens.Review(ctx, from, token, "")
+	return g.tokens.Review(ctx, tokenreview.Client(r), token, "")
 }
 
 // authorize asks whether the user may use verb on path.

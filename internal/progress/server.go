@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -121,7 +120,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "a bearer token of the TrainJob's audience is required")
 		return
 	}
-	switch ok, err := s.authenticate(r.Context(), remoteHost(r), token, key); {
+	switch ok, err := s.authenticate(r.Context(), tokenreview.Client(r), token, key); {
 	case errors.Is(err, tokenreview.ErrTooMany):
 		refuse(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, err.Error())
 		return
@@ -204,14 +203,6 @@ func (s *Server) authenticate(ctx context.Context, from, token string, key types
 		return false, err
 	}
 	return strings.HasPrefix(user.Username, "system:serviceaccount:"+key.Namespace+":"), nil
-}
-
-// remoteHost is the address a request came from, without its port.
-func remoteHost(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return host
-	}
-	return r.RemoteAddr
 }
 
 // report keeps a TrainJob's latest report, and queues the TrainJob unless it was written less

@@ -11,6 +11,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"net"
+	"net/http"
 	"slices"
 	"time"
 
@@ -40,6 +42,14 @@ type Options struct {
 	// past them is refused at once, without waiting. Zero ClientQPS means no such bound.
 	ClientQPS   float64
 	ClientBurst int
+}
+
+// Client is the client a request comes from, for its budget: its address, without the port.
+func Client(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // clientIdle is how long a client's budget is kept after its last review.
