@@ -86,8 +86,8 @@ FUZZTIME ?= 50000x
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target on FUZZTIME inputs (go test's coverage-guided fuzzer); `go test` alone runs their seeds.
-	$(GO) test ./internal/build -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/build -run '^$$' -fuzz '^FuzzNumProcPerNode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/pipeline -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/pipeline -run '^$$' -fuzz '^FuzzNumProcPerNode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/webhook -run '^$$' -fuzz '^FuzzAdmission$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/framework/mpi -run '^$$' -fuzz '^FuzzHostfile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/progress -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)

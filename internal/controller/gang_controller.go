@@ -25,9 +25,9 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/gang"
+	"github.com/trainjob/operator/internal/pipeline"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -115,7 +115,7 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 		return ctrl.Result{}, ignoreNoMatch(err)
 	}
 
-	children, err := build.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
+	children, err := pipeline.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
 	if err != nil {
 		return ctrl.Result{}, nil
 	}

@@ -32,9 +32,9 @@ import (
 	jobsetac "sigs.k8s.io/jobset/client-go/applyconfiguration/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/gang"
+	"github.com/trainjob/operator/internal/pipeline"
 	"github.com/trainjob/operator/internal/progress"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -229,7 +229,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		}
 		// Progress reporting is optional: a TrainJob whose trainer cannot be wired to the
 		// endpoint (its CA cannot be read) is built without it, and told so once it is written.
-		var extra []build.Step
+		var extra []pipeline.Step
 		var progressOff error
 		if r.progress != nil {
 			step, err := r.progress.Step()
@@ -239,7 +239,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				extra = append(extra, step)
 			}
 		}
-		children, err := build.Build(tj, rt, r.framework, extra...)
+		children, err := pipeline.Build(tj, rt, r.framework, extra...)
 		if err != nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 			return ctrl.Result{}, nil
@@ -497,7 +497,7 @@ var errJobSetExists = errors.New("the JobSet exists")
 
 // createChildren creates the children beside the JobSet (createChild: an object of a child's name
 // is used only if it is the TrainJob's own).
-func (r *TrainJobReconciler) createChildren(ctx context.Context, tj *trainer.TrainJob, children *build.Children) error {
+func (r *TrainJobReconciler) createChildren(ctx context.Context, tj *trainer.TrainJob, children *pipeline.Children) error {
 	for _, obj := range children.Create {
 		if err := createChild(ctx, r.client, tj, obj, client.FieldOwner(fieldManager(r.framework))); err != nil {
 			if isNotOurs(err) {
@@ -512,7 +512,7 @@ func (r *TrainJobReconciler) createChildren(ctx context.Context, tj *trainer.Tra
 // writeJobSet writes the JobSet. The first time (js is nil: the cache has no JobSet), it is
 // created, which fails with errJobSetExists if there is one after all. It is written again, with
 // server-side apply, only to rebuild it.
-func (r *TrainJobReconciler) writeJobSet(ctx context.Context, tj *trainer.TrainJob, children *build.Children, js *jobsetv1alpha2.JobSet) error {
+func (r *TrainJobReconciler) writeJobSet(ctx context.Context, tj *trainer.TrainJob, children *pipeline.Children, js *jobsetv1alpha2.JobSet) error {
 	if js == nil {
 		return r.create(ctx, children.JobSet)
 	}

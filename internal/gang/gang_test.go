@@ -15,12 +15,12 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/framework/mpi"
 	"github.com/trainjob/operator/internal/framework/plain"
 	"github.com/trainjob/operator/internal/framework/torch"
 	"github.com/trainjob/operator/internal/gang"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -191,15 +191,15 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 	}
 }
 
-func buildChildren(t *testing.T, tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec, fw framework.Framework) *build.Children {
+func buildChildren(t *testing.T, tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec, fw framework.Framework) *pipeline.Children {
 	t.Helper()
-	children, err := build.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: &spec}, fw)
+	children, err := pipeline.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: &spec}, fw)
 	require.NoError(t, err)
 	return children
 }
 
 // podMetadata returns each replicated job's pod template labels and annotations.
-func podMetadata(t *testing.T, children *build.Children) (labels, annotations map[string]map[string]string) {
+func podMetadata(t *testing.T, children *pipeline.Children) (labels, annotations map[string]map[string]string) {
 	js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
 	labels, annotations = map[string]map[string]string{}, map[string]map[string]string{}
 	for _, job := range js.Spec.ReplicatedJobs {
@@ -267,7 +267,7 @@ func TestGangMembership(t *testing.T) {
 		} {
 			sneaky := tj.DeepCopy()
 			sneaky.Spec.Labels, sneaky.Spec.Annotations = meta.Labels, meta.Annotations
-			_, err := build.Build(sneaky, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: ptr.To(runtime().PodGroupPolicy(coscheduling).Obj())}, plain.New())
+			_, err := pipeline.Build(sneaky, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: ptr.To(runtime().PodGroupPolicy(coscheduling).Obj())}, plain.New())
 			assert.ErrorContains(t, err, "may not be set by hand", "%v", meta)
 		}
 	})

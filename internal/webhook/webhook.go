@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/pipeline"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -129,7 +129,7 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	if _, err := build.Build(tj, rt, framework.Select(w.frameworks, rt.Spec.MLPolicy)); err != nil {
+	if _, err := pipeline.Build(tj, rt, framework.Select(w.frameworks, rt.Spec.MLPolicy)); err != nil {
 		var re *framework.RuntimeError
 		if errors.As(err, &re) {
 			// The TrainJob cannot fix its runtime, but it cannot run from it either.
@@ -223,7 +223,7 @@ func (w runtimeWebhook[T]) validate(obj T) (admission.Warnings, error) {
 	spec := w.spec(obj)
 	probe := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: obj.GetNamespace()}}
 	rt := &trainingruntime.Runtime{Kind: w.kind, Name: obj.GetName(), Spec: spec}
-	_, err := build.Build(probe, rt, framework.Select(w.frameworks, spec.MLPolicy))
+	_, err := pipeline.Build(probe, rt, framework.Select(w.frameworks, spec.MLPolicy))
 	var re *framework.RuntimeError
 	if errors.As(err, &re) {
 		return nil, invalid(w.kind, obj.GetName(), re.Err)

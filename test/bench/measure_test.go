@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/pipeline"
 	"github.com/trainjob/operator/internal/trainingruntime"
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -287,7 +287,7 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 // The event is part of what the user sees (`kubectl describe trainjob`), so it is part of the
 // floor.
 func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) error {
-	children, err := build.Build(tj, rt, fw)
+	children, err := pipeline.Build(tj, rt, fw)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -52,7 +52,7 @@ func TestJAX(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			children, err := build.Build(tc.trainJob, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "jax", Spec: &tc.runtime}, New())
+			children, err := pipeline.Build(tc.trainJob, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "jax", Spec: &tc.runtime}, New())
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return

@@ -15,8 +15,8 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -117,8 +117,8 @@ func wantHostfile(hostfile string) *corev1.ConfigMap {
 	}
 }
 
-func buildMPI(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) (*build.Children, error) {
-	return build.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "mpi", Spec: &spec}, New())
+func buildMPI(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) (*pipeline.Children, error) {
+	return pipeline.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "mpi", Spec: &spec}, New())
 }
 
 func TestMPI(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -212,7 +212,7 @@ func TestTorch(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tc.runtime}
-			children, err := build.Build(tc.trainJob, rt, New())
+			children, err := pipeline.Build(tc.trainJob, rt, New())
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return

@@ -12,7 +12,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -66,7 +66,7 @@ func TestXGBoost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spec := utiltesting.MakeRuntimeSpec().XGBoost(&tc.policy).Obj()
 			tj := utiltesting.MakeTrainJob("boost", "ns").Trainer(&trainer.Trainer{NumNodes: &tc.numNodes, ResourcesPerNode: tc.resources}).Obj()
-			children, err := build.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "xgboost", Spec: &spec}, New())
+			children, err := pipeline.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "xgboost", Spec: &spec}, New())
 			require.NoError(t, err)
 
 			want := utiltesting.MakeJobSet(tj, spec).NumNodes("node", tc.numNodes).
@@ -90,6 +90,6 @@ func TestXGBoost(t *testing.T) {
 func TestXGBoostReservesItsEnv(t *testing.T) {
 	spec := utiltesting.MakeRuntimeSpec().XGBoost(&trainer.XGBoostMLPolicySource{}).Obj()
 	tj := utiltesting.MakeTrainJob("boost", "ns").Trainer(&trainer.Trainer{Env: []corev1.EnvVar{{Name: EnvNumWorker, Value: "3"}}}).Obj()
-	_, err := build.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "xgboost", Spec: &spec}, New())
+	_, err := pipeline.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "xgboost", Spec: &spec}, New())
 	require.ErrorContains(t, err, "spec.trainer.env[0].name: Forbidden: DMLC_NUM_WORKER is set by the xgboost framework and may not be set by hand")
 }

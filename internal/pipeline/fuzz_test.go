@@ -1,4 +1,4 @@
-package build_test
+package pipeline_test
 
 import (
 	"encoding/json"
@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/framework/torch"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -55,7 +55,7 @@ func FuzzBuild(f *testing.F) {
 		}
 		rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "fuzz", Spec: spec}
 		given := spec.DeepCopy()
-		children, err := build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
+		children, err := pipeline.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
 		// The runtime is the cache's own (the cache shares it): building never changes it.
 		if !apiequality.Semantic.DeepEqual(given, spec) {
 			t.Fatalf("building changed the runtime: %s", cmp.Diff(given, spec))
@@ -156,7 +156,7 @@ func FuzzNumProcPerNode(f *testing.F) {
 				Spec:       trainer.TrainJobSpec{Trainer: &trainer.Trainer{NumProcPerNode: &value}},
 			}
 			rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "fuzz", Spec: spec}
-			children, err := build.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
+			children, err := pipeline.Build(tj, rt, framework.Select(frameworks, spec.MLPolicy))
 			if err != nil {
 				if !strings.Contains(err.Error(), "spec.trainer.numProcPerNode") {
 					t.Fatalf("numProcPerNode %q: refused without naming the field: %v", value.String(), err)
@@ -179,7 +179,7 @@ func FuzzNumProcPerNode(f *testing.F) {
 }
 
 // trainerEnv finds an env var of the built JobSet's trainer container (the "node" job's).
-func trainerEnv(children *build.Children, name string) (string, bool) {
+func trainerEnv(children *pipeline.Children, name string) (string, bool) {
 	for _, job := range children.JobSet.Spec.ReplicatedJobs {
 		if job.Name == nil || *job.Name != "node" {
 			continue

@@ -1,4 +1,4 @@
-// Package build turns a TrainJob and its runtime into the JobSet to apply. It is a pure function
+// Package pipeline turns a TrainJob and its runtime into the JobSet to apply. It is a pure function
 // of its inputs, tested without a cluster:
 //
 //	(TrainJob, runtime, framework) -> JobSet apply configuration
@@ -12,7 +12,7 @@
 // the names of the Jobs and pods, and that the JobSet's labels and annotations, copied into every
 // template, fit what etcd stores; set the name, namespace, suspension and owner. The PodGroup, if
 // the runtime's gang policy needs one, is sized from the finished JobSet.
-package build
+package pipeline
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package build_test
+package pipeline_test
 
 import (
 	"testing"
@@ -9,13 +9,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/build"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/framework/jax"
 	"github.com/trainjob/operator/internal/framework/mpi"
 	"github.com/trainjob/operator/internal/framework/plain"
 	"github.com/trainjob/operator/internal/framework/torch"
 	"github.com/trainjob/operator/internal/framework/xgboost"
+	"github.com/trainjob/operator/internal/pipeline"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -48,7 +48,7 @@ func BenchmarkBuild(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := build.Build(tj, rt, tc.fw); err != nil {
+				if _, err := pipeline.Build(tj, rt, tc.fw); err != nil {
 					b.Fatal(err)
 				}
 			}

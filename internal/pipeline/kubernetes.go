@@ -1,4 +1,4 @@
-package build
+package pipeline
 
 import (
 	corev1 "k8s.io/api/core/v1"
