@@ -331,7 +331,10 @@ type Trainer struct {
 	// +kubebuilder:validation:Maximum=5000
 	NumNodes *int32 `json:"numNodes,omitempty"`
 
-	// ResourcesPerNode replaces the trainer container's resource requests and limits on each node.
+	// ResourcesPerNode is merged into the trainer container's resources on each node: each
+	// request and limit it names wins, those it does not name stay the runtime's (so a GPU-only
+	// value keeps the runtime's CPU and memory), claims are merged by name. A merge that leaves a
+	// request above its limit is refused.
 	// +optional
 	ResourcesPerNode *corev1.ResourceRequirements `json:"resourcesPerNode,omitempty"`
 

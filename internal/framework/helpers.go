@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -180,4 +182,31 @@ func SpecHash(tj *trainer.TrainJob) string {
 	sum := fnv.New64a()
 	_, _ = sum.Write(data)
 	return strconv.FormatUint(sum.Sum64(), 36)
+}
+
+// ApplyResourcesPerNode merges the TrainJob's spec.trainer.resourcesPerNode into a container's
+// resources (upsert.Resources: what it does not name stays the runtime's). A request the merge
+// leaves above its limit, which Kubernetes refuses for every pod, is an error naming the field.
+func (b *Draft) ApplyResourcesPerNode(c *corev1.Container) error {
+	t := b.TrainJob.Spec.Trainer
+	if t == nil || t.ResourcesPerNode == nil {
+		return nil
+	}
+	merged := upsert.Resources(c.Resources, *t.ResourcesPerNode)
+	for _, name := range slices.Sorted(maps.Keys(merged.Requests)) {
+		request := merged.Requests[name]
+		limit, ok := merged.Limits[name]
+		if !ok || request.Cmp(limit) <= 0 {
+			continue
+		}
+		path, value := TrainerPath.Child("resourcesPerNode", "requests").Key(string(name)), request.String()
+		if _, own := t.ResourcesPerNode.Limits[name]; own {
+			path, value = TrainerPath.Child("resourcesPerNode", "limits").Key(string(name)), limit.String()
+		}
+		return field.Invalid(path, value, fmt.Sprintf(
+			"the %s request of container %q (%s) would be above its limit (%s), merged with the runtime's resources: set both the request and the limit",
+			name, c.Name, request.String(), limit.String()))
+	}
+	c.Resources = merged
+	return nil
 }

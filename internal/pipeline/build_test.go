@@ -112,20 +112,40 @@ func TestJobSet(t *testing.T) {
 				}).Obj()
 			},
 		},
-		"resourcesPerNode replaces the trainer container's resources": {
-			runtime: func() trainer.TrainingRuntimeSpec {
-				rt := utiltesting.MakeRuntimeSpec().Obj()
-				rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
-				}
-				return rt
-			}(),
+		"resourcesPerNode merges into the trainer container's resources: a GPU keeps the runtime's CPU and memory": {
+			runtime:  withNodeResources("2", "4", "8Gi"),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: &gpu}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return utiltesting.MakeJobSet(tj, rt).Container("node", "node", func(c *corev1.Container) {
-					c.Resources = gpu
+					c.Resources = corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")},
+						Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
+							"nvidia.com/gpu": resource.MustParse("2")},
+					}
 				}).Obj()
 			},
+		},
+		"resourcesPerNode wins for the resources it names": {
+			runtime: withNodeResources("2", "4", "8Gi"),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")},
+			}}).Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return utiltesting.MakeJobSet(tj, rt).Container("node", "node", func(c *corev1.Container) {
+					c.Resources = corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("8Gi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("8Gi")},
+					}
+				}).Obj()
+			},
+		},
+		"a resourcesPerNode limit below the runtime's request is refused, not left for every pod to fail": {
+			runtime: withNodeResources("2", "4", "8Gi"),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+			}}).Obj(),
+			wantErr: `spec.trainer.resourcesPerNode.limits[cpu]: Invalid value: "1": the cpu request of container "node" (2) would be above its limit (1), merged with the runtime's resources: set both the request and the limit`,
 		},
 		"the runtime's numNodes sizes the trainer job": {
 			runtime:  utiltesting.MakeRuntimeSpec().NumNodes(3).Obj(),
@@ -590,4 +610,15 @@ func TestJobSet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withNodeResources is a runtime whose trainer container requests cpu and memory, and is limited
+// to cpuLimit and the same memory.
+func withNodeResources(cpu, cpuLimit, memory string) trainer.TrainingRuntimeSpec {
+	rt := utiltesting.MakeRuntimeSpec().Obj()
+	rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpuLimit), corev1.ResourceMemory: resource.MustParse(memory)},
+	}
+	return rt
 }

@@ -69,10 +69,7 @@ func applyTrainer(b *framework.Draft) error {
 		c.Args = t.Args
 	}
 	c.Env = upsert.Env(c.Env, t.Env...)
-	if t.ResourcesPerNode != nil {
-		c.Resources = *t.ResourcesPerNode.DeepCopy()
-	}
-	return nil
+	return b.ApplyResourcesPerNode(c)
 }
 
 // checkNumProcPerNode refuses spec.trainer.numProcPerNode for a framework that does not read it:

@@ -9,6 +9,7 @@
 package upsert
 
 import (
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,4 +72,28 @@ func EnvFromSource(e corev1.EnvFromSource) string {
 		return "ConfigMap/" + e.ConfigMapRef.Name
 	}
 	return ""
+}
+
+// Resources puts a container's resource overrides into its resources: limits and requests by
+// resource name, claims by name. What the override does not name stays, as upstream Kubeflow
+// Trainer merges resourcesPerNode since v2.3: a TrainJob that asks for GPUs keeps the runtime's
+// CPU and memory, and its pods their quality of service.
+func Resources(base corev1.ResourceRequirements, override corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := *base.DeepCopy()
+	override = *override.DeepCopy()
+	out.Limits = putAll(out.Limits, override.Limits)
+	out.Requests = putAll(out.Requests, override.Requests)
+	out.Claims = ByKey(out.Claims, func(c corev1.ResourceClaim) string { return c.Name }, override.Claims...)
+	return out
+}
+
+func putAll(list, items corev1.ResourceList) corev1.ResourceList {
+	if len(items) == 0 {
+		return list
+	}
+	if list == nil {
+		list = corev1.ResourceList{}
+	}
+	maps.Copy(list, items)
+	return list
 }

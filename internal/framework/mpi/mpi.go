@@ -99,7 +99,9 @@ func (mpi) Apply(b *framework.Draft) error {
 
 	b.SetNodes(1)
 	nodeJob.Template.Spec.Parallelism, nodeJob.Template.Spec.Completions = ptr.To(nodePods), ptr.To(nodePods)
-	applyResources(b, node, launcherAsNode)
+	if err := applyResources(b, node, launcherAsNode); err != nil {
+		return err
+	}
 	slots = slotsPerGPU(b, slots, node)
 
 	if err := addSSHAuth(b, &nodeJob.Template.Spec.Template.Spec, node, ptr.Deref(policy.SSHAuthMountPath, DefaultSSHAuthMountPath)); err != nil {
@@ -166,19 +168,19 @@ func slotsPerGPU(b *framework.Draft, slots int32, node *corev1.Container) int32 
 // pipeline gave only to the launcher: every MPI process must run the same image, and the node
 // pods are the nodes. A launcher that is not a node only runs mpirun, so it gets the runtime's
 // resources back.
-func applyResources(b *framework.Draft, node *corev1.Container, launcherAsNode bool) {
+func applyResources(b *framework.Draft, node *corev1.Container, launcherAsNode bool) error {
 	t := b.TrainJob.Spec.Trainer
 	if t == nil {
-		return
+		return nil
 	}
 	if t.Image != nil {
 		node.Image = *t.Image
 	}
-	if t.ResourcesPerNode == nil {
-		return
+	if err := b.ApplyResourcesPerNode(node); err != nil {
+		return err
 	}
-	node.Resources = *t.ResourcesPerNode.DeepCopy()
 	if !launcherAsNode {
 		b.TrainerContainer().Resources = *b.RuntimeTrainerContainer().Resources.DeepCopy()
 	}
+	return nil
 }

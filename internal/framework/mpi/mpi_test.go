@@ -228,12 +228,14 @@ func TestMPI(t *testing.T) {
 			},
 			wantHostfile: "mnist-node-0-0.mnist slots=8\nmnist-node-0-1.mnist slots=8\n",
 		},
-		"with runLauncherAsNode the launcher is a node and gets resourcesPerNode too": {
+		"with runLauncherAsNode the launcher is a node and gets resourcesPerNode too, merged into its own": {
 			runtime:  mpiRuntime(2, &trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(true)}).Obj(),
 			trainJob: trainJob().Trainer(&trainer.Trainer{ResourcesPerNode: gpuNode.DeepCopy()}).Obj(),
 			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
 				return wantJobSet(tj, rt, 1, "/root/.ssh", "OMPI_MCA_orte_default_hostfile").
-					Container("launcher", "node", func(c *corev1.Container) { c.Resources = gpuNode }).
+					Container("launcher", "node", func(c *corev1.Container) {
+						c.Resources = corev1.ResourceRequirements{Requests: mpirunResources.Requests, Limits: gpuNode.Limits}
+					}).
 					Container("node", "node", func(c *corev1.Container) { c.Resources = gpuNode }).Obj()
 			},
 			wantHostfile: "mnist-launcher-0-0.mnist slots=8\nmnist-node-0-0.mnist slots=8\n",
