@@ -258,9 +258,10 @@ type Initializer struct {
 type DatasetInitializer struct {
 	// StorageUri is where the dataset is, as scheme://path: for example
 	// "hf://tatsu-lab/alpaca" or "s3://bucket/path". It is passed to the initializer as STORAGE_URI.
+	// Empty, as upstream Kubeflow Trainer's SDK may write it, means the runtime's STORAGE_URI.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must have the form scheme://path, for example hf://org/dataset or s3://bucket/path"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must be empty or have the form scheme://path, for example hf://org/dataset or s3://bucket/path"
 	StorageUri *string `json:"storageUri,omitempty"`
 
 	// Env is merged by name into the dataset initializer container's environment; these values win
@@ -280,9 +281,10 @@ type DatasetInitializer struct {
 type ModelInitializer struct {
 	// StorageUri is where the model is, as scheme://path: for example
 	// "hf://meta-llama/Llama-3.2-1B". It is passed to the initializer as STORAGE_URI.
+	// Empty, as upstream Kubeflow Trainer's SDK may write it, means the runtime's STORAGE_URI.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must have the form scheme://path, for example hf://org/model or s3://bucket/path"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must be empty or have the form scheme://path, for example hf://org/model or s3://bucket/path"
 	StorageUri *string `json:"storageUri,omitempty"`
 
 	// Env is merged by name into the model initializer container's environment; these values win
@@ -306,14 +308,19 @@ type Trainer struct {
 	// +kubebuilder:validation:MinLength=1
 	Image *string `json:"image,omitempty"`
 
-	// Command replaces the trainer container's entrypoint.
+	// Command replaces the trainer container's entrypoint. At most 128 items, as upstream Kubeflow
+	// Trainer allows.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MaxLength=65536
 	Command []string `json:"command,omitempty"`
 
-	// Args replaces the arguments of the trainer container's entrypoint.
+	// Args replaces the arguments of the trainer container's entrypoint. At most 128 items.
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MaxLength=65536
 	Args []string `json:"args,omitempty"`
 
 	// Env is merged by name into the trainer container's environment; these values win over the
@@ -418,6 +425,13 @@ type PodSpecPatch struct {
 	// SecurityContext replaces the Pods' security context.
 	// +optional
 	SecurityContext *corev1.PodSecurityContext `json:"securityContext,omitempty"`
+
+	// TerminationGracePeriodSeconds replaces how long the Pods' containers have to stop after
+	// SIGTERM (on suspension, preemption or deletion) before they are killed: time for a trainer
+	// to write a checkpoint.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
 }
 
 // ContainerPatch changes one container of the runtime's Pod template.
@@ -456,8 +470,9 @@ type RuntimePatch struct {
 	// +kubebuilder:validation:MaxLength=253
 	Manager string `json:"manager"`
 
-	// Time is when the manager last wrote the patch, for people reading it; the operator does not
-	// use it.
+	// Time is when the manager last changed the patch, for people reading it. The operator's
+	// webhook sets it, when the patch is new or changed and the request has none; a patch that
+	// did not change keeps its time. The operator does not use it otherwise.
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
 

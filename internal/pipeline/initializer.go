@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -41,7 +42,7 @@ func applyInitializers(b *framework.Draft) error {
 	var errs field.ErrorList
 	for _, in := range inits {
 		path := field.NewPath("spec", "initializer", in.field)
-		if in.storageURI != nil {
+		if ptr.Deref(in.storageURI, "") != "" {
 			for i, e := range in.env {
 				if e.Name == StorageURIEnv {
 					errs = append(errs, field.Forbidden(path.Child("env").Index(i).Child("name"),
@@ -63,7 +64,7 @@ func applyInitializers(b *framework.Draft) error {
 					fmt.Sprintf("the %s job %q needs a container named %q", in.ancestor, job.Name, in.ancestor)))
 			}
 			c := &containers[i]
-			if in.storageURI != nil {
+			if ptr.Deref(in.storageURI, "") != "" {
 				c.Env = upsert.Env(c.Env, corev1.EnvVar{Name: StorageURIEnv, Value: *in.storageURI})
 			}
 			c.Env = upsert.Env(c.Env, in.env...)

@@ -133,6 +133,9 @@ func patchPodSpec(spec *corev1.PodSpec, pp podPatch, where string) field.ErrorLi
 	if p.SecurityContext != nil {
 		spec.SecurityContext = p.SecurityContext
 	}
+	if p.TerminationGracePeriodSeconds != nil {
+		spec.TerminationGracePeriodSeconds = p.TerminationGracePeriodSeconds
+	}
 	if pp.runtimePatch && p.Tolerations != nil {
 		spec.Tolerations = p.Tolerations
 	} else {

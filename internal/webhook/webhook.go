@@ -6,6 +6,7 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -66,6 +67,7 @@ func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsRea
 // Setup registers the webhooks of the three kinds with the manager's webhook server.
 func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainJob{}).
+		WithDefaulter(patchTimes{}).
 		WithValidator(&trainJobWebhook{client: mgr.GetAPIReader(), frameworks: frameworks}).
 		Complete(); err != nil {
 		return err
@@ -78,6 +80,46 @@ func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 	ctr := runtimeWebhook[*trainer.ClusterTrainingRuntime]{kind: trainer.ClusterTrainingRuntimeKind, frameworks: frameworks,
 		spec: func(rt *trainer.ClusterTrainingRuntime) *trainer.TrainingRuntimeSpec { return &rt.Spec }}
 	return ctrl.NewWebhookManagedBy(mgr, &trainer.ClusterTrainingRuntime{}).WithDefaulter(ctr).WithValidator(ctr).Complete()
+}
+
+// +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
+
+// patchTimes stamps each of spec.runtimePatches with the time it was written, as upstream
+// Kubeflow Trainer's webhook does: on create, every patch without a time; on update, a patch that
+// is new or changed (its time aside) and has no time. A patch that did not change keeps the time
+// it had, whatever the update says, so that the time tells when its manager last changed it.
+type patchTimes struct{}
+
+// Default stamps the times. The API server may call it twice for one request: it gives the same
+// answer.
+func (patchTimes) Default(ctx context.Context, tj *trainer.TrainJob) error {
+	old := map[string]trainer.RuntimePatch{}
+	if req, err := admission.RequestFromContext(ctx); err == nil && len(req.OldObject.Raw) > 0 {
+		var before trainer.TrainJob
+		if err := json.Unmarshal(req.OldObject.Raw, &before); err != nil {
+			return fmt.Errorf("reading the TrainJob before the update: %w", err)
+		}
+		for _, p := range before.Spec.RuntimePatches {
+			old[p.Manager] = p
+		}
+	}
+	now := metav1.Now()
+	for i := range tj.Spec.RuntimePatches {
+		p := &tj.Spec.RuntimePatches[i]
+		if was, ok := old[p.Manager]; ok && apiequality.Semantic.DeepEqual(withoutTime(was), withoutTime(*p)) {
+			p.Time = was.Time
+			continue
+		}
+		if p.Time == nil {
+			p.Time = &now
+		}
+	}
+	return nil
+}
+
+func withoutTime(p trainer.RuntimePatch) trainer.RuntimePatch {
+	p.Time = nil
+	return p
 }
 
 // +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=vtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1

@@ -107,7 +107,7 @@ func TestHostileTrainJobs(t *testing.T) {
 
 		// Megabyte strings.
 		{name: "a 1 MiB command", obj: trainerWith("command-mib", trainer.Trainer{Command: []string{mib}}),
-			check: func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.NotEmpty(c, js.Name) }},
+			want: []string{"spec.trainer.command[0]: Too long: may not be more than 65536 bytes"}},
 		{name: "a 1 MiB image", obj: trainerWith("image-mib", trainer.Trainer{Image: ptr.To(mib)}),
 			check: func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.NotEmpty(c, js.Name) }},
 		{name: "a 1 MiB label value", obj: tj("label-mib", func(o *trainer.TrainJob) { o.Spec.Labels = map[string]string{"a": mib} }),

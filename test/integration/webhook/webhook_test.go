@@ -56,6 +56,9 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
 	}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("elastic", ns, elastic)))
+	twoCPUs := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj()
+	twoCPUs.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("two-cpus", ns, twoCPUs)))
 
 	// tj is a TrainJob of a shipped ClusterTrainingRuntime.
 	tj := func(runtime string) *trainer.TrainJob {
@@ -104,6 +107,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"the progress endpoint's env set by hand", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("KUBEFLOW_TRAINER_SERVER_TOKEN", "/tmp/mine")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: KUBEFLOW_TRAINER_SERVER_TOKEN is set by the operator (for progress reports) and may not be set by hand"}},
+		{"a resourcesPerNode limit below the runtime's request", func() *trainer.TrainJob {
+			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "two-cpus").Obj()
+			o.Spec.Trainer = &trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}
+			return o
+		}(), []string{`spec.trainer.resourcesPerNode.limits[cpu]: Invalid value: "1": the cpu request of container "node" (2) would be above its limit (1)`}},
 		{"xgboost env set by hand", tjWith("xgboost-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("DMLC_NUM_WORKER", "2")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: DMLC_NUM_WORKER is set by the xgboost framework"}},
@@ -162,7 +170,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{"spec.trainer.numNodes", "greater than or equal to 1"}},
 		{"a storageUri without a scheme", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("datasets/mnist")}}
-		}), []string{"spec.initializer.dataset.storageUri", "storageUri must have the form scheme://path"}},
+		}), []string{"spec.initializer.dataset.storageUri", "storageUri must be empty or have the form scheme://path"}},
 		{"an unknown runtime kind", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.RuntimeRef.Kind = ptr.To("Runtime") }),
 			[]string{"spec.runtimeRef.kind", `Unsupported value: "Runtime"`}},
 		{"an unknown manager", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.ManagedBy = ptr.To("me") }),
@@ -205,7 +213,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"numNodes with an elastic policy", rt("r14", utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(elastic.MLPolicy.Torch)),
 			[]string{"spec.mlPolicy", "numNodes must be omitted when torch.elasticPolicy is set"}},
 	}
-	require.GreaterOrEqual(t, len(cases), 39)
+	require.GreaterOrEqual(t, len(cases), 40)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := k8sClient.Create(ctx, tc.obj)

@@ -1,0 +1,108 @@
+package webhook
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// Each runtime patch gets the time it was written, as upstream Kubeflow Trainer's webhook stamps
+// it: on create; on update only when that patch is new or changed, so that an update by one
+// manager leaves the times of the others' patches as they were, whatever the update sent.
+func TestRuntimePatchTimesAreStampedWhenAPatchChanges(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	selector := func(manager, pool string) trainer.RuntimePatch {
+		return utiltesting.JobPatch(manager, utiltesting.PodPatch("node", nil, &trainer.PodSpecPatch{NodeSelector: map[string]string{"pool": pool}}))
+	}
+	written := metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	kueue := selector("kueue.x-k8s.io/manager", "a")
+	kueue.Time = &written
+	tj := utiltesting.MakeTrainJob("times", ns).Suspend(true).RuntimePatches(kueue, selector("team-a", "a")).Obj()
+	tj.Spec.RuntimeRef.Name = "torch-distributed"
+	before := time.Now().Add(-time.Second)
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	times := func(tj *trainer.TrainJob) map[string]time.Time {
+		got := map[string]time.Time{}
+		for _, p := range tj.Spec.RuntimePatches {
+			require.NotNil(t, p.Time, "patch of %s has no time", p.Manager)
+			got[p.Manager] = p.Time.Time
+		}
+		return got
+	}
+	created := times(tj)
+	assert.True(t, created["kueue.x-k8s.io/manager"].Equal(written.Time), "a time the manager wrote is kept: %v", created)
+	assert.False(t, created["team-a"].Before(before.Truncate(time.Second)), "a patch without a time is stamped on create: %v", created)
+
+	// An update that changes team-a's patch and sends made-up times for both: Kueue's unchanged
+	// patch keeps its time; team-a's changed one keeps the time it was sent.
+	update := func(change func(*trainer.TrainJob)) map[string]time.Time {
+		got := &trainer.TrainJob{}
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error { // The operator writes its status.
+			require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), got))
+			change(got)
+			return k8sClient.Update(ctx, got)
+		}))
+		return times(got)
+	}
+	later := metav1.NewTime(written.Add(time.Hour))
+	got := update(func(tj *trainer.TrainJob) {
+		tj.Spec.RuntimePatches[0].Time = &later
+		tj.Spec.RuntimePatches[1] = selector("team-a", "b")
+		tj.Spec.RuntimePatches[1].Time = &later
+	})
+	assert.True(t, got["kueue.x-k8s.io/manager"].Equal(written.Time), "an unchanged patch keeps its time: %v", got)
+	assert.True(t, got["team-a"].Equal(later.Time), "a changed patch keeps the time it was sent: %v", got)
+
+	// A patch changed without a time gets the time of the change; the other keeps its own.
+	got = update(func(tj *trainer.TrainJob) {
+		tj.Spec.RuntimePatches[1] = selector("team-a", "c")
+	})
+	assert.True(t, got["kueue.x-k8s.io/manager"].Equal(written.Time), "an unchanged patch keeps its time: %v", got)
+	assert.True(t, got["team-a"].After(later.Time), "a patch changed without a time is stamped: %v", got)
+}
+
+// What upstream Kubeflow Trainer and its SDK write is accepted and reaches the JobSet: an empty
+// storageUri (the runtime's STORAGE_URI stays), a runtime patch's terminationGracePeriodSeconds.
+// Upstream's cap of 128 command items holds here too.
+func TestUpstreamFieldsReachTheJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	dataset := utiltesting.ReplicatedJob("dataset-initializer", trainer.AncestorDatasetInitializer, "dataset-initializer")
+	dataset.Template.Spec.Template.Spec.Containers[0].Env = env("STORAGE_URI", "hf://runtime/default")
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(dataset, utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).Torch(&trainer.TorchMLPolicySource{}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("with-dataset", ns, spec)))
+
+	tj := utiltesting.MakeTrainJob("upstream", ns).RuntimeRef(trainer.TrainingRuntimeKind, "with-dataset").
+		Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("")}}).
+		RuntimePatches(utiltesting.JobPatch("sdk", utiltesting.PodPatch("node", nil, &trainer.PodSpecPatch{TerminationGracePeriodSeconds: ptr.To[int64](300)}))).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval}, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{},
+		func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+			if !assert.Len(c, js.Spec.ReplicatedJobs, 2) {
+				return
+			}
+			init, node := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec, js.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec
+			assert.Equal(c, env("STORAGE_URI", "hf://runtime/default"), init.Containers[0].Env, "an empty storageUri leaves the runtime's")
+			assert.Equal(c, ptr.To[int64](300), node.TerminationGracePeriodSeconds)
+		})
+
+	long := utiltesting.MakeTrainJob("long", ns).Trainer(&trainer.Trainer{Command: make([]string, 129)}).Obj()
+	long.Spec.RuntimeRef.Name = "torch-distributed"
+	err := k8sClient.Create(ctx, long)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.trainer.command: Too many: 129: must have at most 128 items")
+}
