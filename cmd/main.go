@@ -103,6 +103,9 @@ func main() {
 		"Number of TrainJobs each framework controller reconciles at once.")
 	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", controller.DefaultRuntimeGracePeriod,
 		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")
+	controllerOpts.Conditions = controller.UpstreamConditions
+	flag.Var(&controllerOpts.Conditions, "conditions",
+		"Which conditions TrainJobs get: upstream (upstream Kubeflow Trainer's, which its Python SDK reads: Suspended, Complete, Failed, and Created=False while the JobSet cannot be made) or all (also Created=True, Running, and Suspended=False after a resume). status.state is written in both.")
 	flag.StringVar(&progressURL, "progress-url", "",
 		"Base URL the trainers reach the webhook server at, to report progress; empty means https://<webhook-service>.<namespace>.svc.")
 	flag.DurationVar(&progressOpts.Interval, "progress-interval", progress.DefaultInterval,

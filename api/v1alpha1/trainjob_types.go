@@ -109,7 +109,7 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tj,categories=trainer
-// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.status=="True")].type`,description="The TrainJob's state: the first condition that is True (Complete, Failed, Suspended, Running, Created)"
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`,description="The TrainJob's state: Pending, Created, Running, Suspended, Complete or Failed"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`,description="Pods of the training that are ready, over their number (every node's, and MPI's launcher)"
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="Number of training nodes set by the TrainJob; empty means the runtime's"
@@ -563,12 +563,41 @@ type MetadataPatch struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
+// TrainJobPending is status.state of a TrainJob whose JobSet is not made yet, or cannot be (a
+// Created condition that is False says why). Its other states are named as the conditions are:
+// Created (its JobSet made, not every pod of its training ready), Running, Suspended, Complete
+// and Failed.
+const TrainJobPending = "Pending"
+
 // TrainJobStatus is the observed state of a TrainJob.
 type TrainJobStatus struct {
-	// Conditions of the TrainJob: Created, Running, Suspended, and the terminal Complete or
-	// Failed. They are kept in the order Complete, Failed, Suspended, Running, Created, most
-	// significant first.
+	// State is the TrainJob's state, for people and tools that want one word: Pending, Created,
+	// Running, Suspended, Complete or Failed (the STATE column). It is the first of Complete,
+	// Failed, Suspended, Running and Created that holds, else Pending; it is kept whichever
+	// conditions the operator writes.
 	// +optional
+	// +kubebuilder:validation:Enum=Pending;Created;Running;Suspended;Complete;Failed
+	State string `json:"state,omitempty"`
+
+	// StartTime is when the TrainJob last started: when its JobSet was first made not suspended,
+	// or when it was last resumed. spec.activeDeadlineSeconds counts from it, as a Job's does.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// ObservedGeneration is the TrainJob's generation its JobSet was last made from, or brought
+	// in line with.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions of the TrainJob. By default, upstream Kubeflow Trainer's: Suspended while the
+	// TrainJob is suspended (removed when it is resumed), the terminal Complete or Failed, and
+	// Created=False while its JobSet cannot be made, with the reason; so that upstream's Python SDK,
+	// which sees a TrainJob Running only while it has no condition, sees it run. A manager started
+	// with --conditions=all writes the seed's Created and this operator's Running as well, and keeps
+	// Suspended=False after a resume. They are kept in the order Complete, Failed, Suspended,
+	// Running, Created, most significant first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge

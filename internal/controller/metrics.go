@@ -60,32 +60,20 @@ func init() {
 	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait, trainJobs)
 }
 
-// pendingState is the state of a TrainJob with no condition True: not created yet, or failing to.
-const pendingState = "Pending"
-
-// state is what the STATE printer column shows: the first condition that is True, in
-// conditionOrder, else Pending.
-func state(conditions []metav1.Condition) (state, reason string) {
-	for _, c := range conditions {
-		if c.Status == metav1.ConditionTrue {
-			return c.Type, c.Reason
-		}
-	}
-	return pendingState, ""
-}
-
-// recordMetrics counts what a written status says happened to the TrainJob since before.
-func recordMetrics(fw framework.Framework, tj *trainer.TrainJob, before []metav1.Condition) {
-	from, _ := state(before)
-	to, reason := state(tj.Status.Conditions)
+// recordMetrics counts what a written status says happened to the TrainJob since before; reason
+// is that of the condition that says its new state.
+func recordMetrics(fw framework.Framework, tj *trainer.TrainJob, before *trainer.TrainJobStatus, reason string) {
+	from, to := statusState(before), tj.Status.State
 	if from != to {
 		transitions.WithLabelValues(fw.Name(), from, to, reason).Inc()
 	}
 	age := time.Since(tj.CreationTimestamp.Time).Seconds()
-	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated) && !apimeta.IsStatusConditionTrue(before, trainer.TrainJobCreated) {
+	if tj.Status.ObservedGeneration > 0 && before.ObservedGeneration == 0 && !apimeta.IsStatusConditionTrue(before.Conditions, trainer.TrainJobCreated) {
 		timeToJobSet.WithLabelValues(fw.Name()).Observe(age)
 	}
-	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobRunning) && apimeta.FindStatusCondition(before, trainer.TrainJobRunning) == nil {
+	// Under upstream's conditions no Running condition remembers an earlier run: a training whose
+	// pods were ready, and are again, is observed again.
+	if to == trainer.TrainJobRunning && from != to && apimeta.FindStatusCondition(before.Conditions, trainer.TrainJobRunning) == nil {
 		timeToRunning.WithLabelValues(fw.Name()).Observe(age)
 	}
 }
@@ -169,7 +157,7 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 			fw = frameworkName(ctx, reader, frameworks, tj)
 			frameworkOf[key] = fw
 		}
-		s, _ := state(tj.Status.Conditions)
+		s := statusState(&tj.Status)
 		byState[stateKey{fw, s}]++
 	}
 	for k, n := range byState {

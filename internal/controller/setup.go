@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -54,7 +55,35 @@ type Options struct {
 	// SkipNameValidation lets a process register the controllers again, in a new manager: the
 	// tests restart the manager in-process.
 	SkipNameValidation bool
+	// Conditions is which conditions TrainJobs get; empty means UpstreamConditions.
+	Conditions ConditionSet
 }
+
+// ConditionSet is a choice of the conditions the operator writes on TrainJobs. status.state,
+// status.ready and the rest of the status are the same in both.
+type ConditionSet string
+
+const (
+	// UpstreamConditions are upstream Kubeflow Trainer's: Suspended=True while suspended (removed
+	// on resume), the terminal Complete or Failed, and Created=False while the JobSet cannot be
+	// made. Upstream's Python SDK sees a TrainJob Running only while it has no condition.
+	UpstreamConditions ConditionSet = "upstream"
+	// AllConditions add the seed's (KEP-2170) Created=True, this operator's Running, and
+	// Suspended=False with reason Resumed after a resume.
+	AllConditions ConditionSet = "all"
+)
+
+// Set parses a ConditionSet, for a command-line flag.
+func (c *ConditionSet) Set(value string) error {
+	switch ConditionSet(value) {
+	case UpstreamConditions, AllConditions:
+		*c = ConditionSet(value)
+		return nil
+	}
+	return fmt.Errorf("must be %s or %s", UpstreamConditions, AllConditions)
+}
+
+func (c *ConditionSet) String() string { return string(*c) }
 
 // Defaults for a manager that keeps up with thousands of TrainJobs: a TrainJob costs about one
 // JobSet apply and one status write, so the client's rate and the number of TrainJobs reconciled
@@ -87,6 +116,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	}
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if opts.Conditions == "" {
+		opts.Conditions = UpstreamConditions
 	}
 	podGroups, err := installedPodGroupKinds(mgr.GetRESTMapper(), mgr.GetScheme())
 	if err != nil {
@@ -153,6 +185,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			runtimeGracePeriod: opts.RuntimeGracePeriod,
 			progress:           opts.Progress,
 			gangReports:        reports,
+			conditions:         opts.Conditions,
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
 		// A new JobSet needs nothing more of its TrainJob: the controller created it and wrote so

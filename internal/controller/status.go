@@ -18,8 +18,8 @@ import (
 	"github.com/trainjob/operator/internal/framework"
 )
 
-// conditionOrder is the order conditions are kept in, most significant first, so that the STATE
-// printer column (the first condition that is True) reads Complete, Failed, Suspended or Created.
+// conditionOrder is the order conditions are kept in, most significant first: status.state is
+// the first that is True.
 var conditionOrder = []string{
 	trainer.TrainJobComplete, trainer.TrainJobFailed, trainer.TrainJobSuspended, trainer.TrainJobRunning, trainer.TrainJobCreated,
 }
@@ -64,33 +64,117 @@ func rank(condType string) int {
 
 // setSuspended reports spec.suspend: Suspended=True while suspended, and Suspended=False with
 // reason Resumed once a suspended TrainJob runs again: its condition said it was suspended, or
-// its JobSet was (a suspension too brief for its status to be written still counts). A TrainJob
-// never suspended has no Suspended condition.
-func setSuspended(tj *trainer.TrainJob, jobSetWasSuspended bool) {
+// its JobSet was (a suspension too brief for its status to be written still counts); its start
+// time is then now. A TrainJob never suspended has no Suspended condition.
+func setSuspended(tj *trainer.TrainJob, jobSetWasSuspended bool, now time.Time) {
 	switch {
 	case ptr.Deref(tj.Spec.Suspend, false):
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "TrainJob is suspended")
 	case jobSetWasSuspended, apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended):
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed")
+		tj.Status.StartTime = ptr.To(metav1.NewTime(now))
 	}
 }
 
 // timeLeft is how long a running TrainJob may still run under spec.activeDeadlineSeconds, counted
-// from when it last started running: its last resume (a Suspended condition that is False), else
-// its creation. A TrainJob resumed a moment ago, whose Suspended condition is still True, starts
-// its clock now. ok is false when the TrainJob has no deadline or is suspended.
+// from when it last started (status.startTime: its creation or last resume). A TrainJob resumed a
+// moment ago, whose Suspended condition is still True, starts its clock now. ok is false when the
+// TrainJob has no deadline or is suspended.
 func timeLeft(tj *trainer.TrainJob, now time.Time) (left time.Duration, ok bool) {
 	if tj.Spec.ActiveDeadlineSeconds == nil || ptr.Deref(tj.Spec.Suspend, false) {
 		return 0, false
 	}
 	start := tj.CreationTimestamp.Time
-	if c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended); c != nil {
+	c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended)
+	switch {
+	case c != nil && c.Status == metav1.ConditionTrue:
 		start = now
-		if c.Status == metav1.ConditionFalse {
-			start = c.LastTransitionTime.Time
-		}
+	case tj.Status.StartTime != nil:
+		start = tj.Status.StartTime.Time
+	case c != nil:
+		start = c.LastTransitionTime.Time // Resumed by an operator that kept no start time.
 	}
 	return start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second).Sub(now), true
+}
+
+// stateOf is status.state as the conditions set in memory say it, with the reason of the
+// condition that says it: the first that is True, in conditionOrder, else Pending. Under
+// upstream's conditions a JobSet made earlier has no Created condition written: a reconcile that
+// returned before saying so again keeps the state that was, Created or Running.
+func stateOf(conditions []metav1.Condition, was string) (state, reason string) {
+	for _, c := range conditions {
+		if c.Status == metav1.ConditionTrue {
+			return c.Type, c.Reason
+		}
+	}
+	if apimeta.FindStatusCondition(conditions, trainer.TrainJobCreated) == nil &&
+		(was == trainer.TrainJobCreated || was == trainer.TrainJobRunning) {
+		return was, ""
+	}
+	return trainer.TrainJobPending, ""
+}
+
+// statusState is the state a written status says. A status written by an operator that kept no
+// status.state says it with its conditions.
+func statusState(s *trainer.TrainJobStatus) string {
+	if s.State != "" {
+		return s.State
+	}
+	state, _ := stateOf(s.Conditions, "")
+	return state
+}
+
+// jobSetMade reports whether the TrainJob's JobSet was made: status.observedGeneration, or the
+// Created condition of a status written by an operator that kept none.
+func jobSetMade(tj *trainer.TrainJob) bool {
+	return observedGeneration(tj) > 0
+}
+
+// observedGeneration is the generation the TrainJob's JobSet was last made from or brought in
+// line with, or 0.
+func observedGeneration(tj *trainer.TrainJob) int64 {
+	if g := tj.Status.ObservedGeneration; g > 0 {
+		return g
+	}
+	if c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated); c != nil && c.Status == metav1.ConditionTrue {
+		return c.ObservedGeneration
+	}
+	return 0
+}
+
+// settle finishes a status that the reconcile set in memory with all the conditions:
+// status.state and status.observedGeneration from them, then only the conditions of the
+// manager's set. It returns the reason of the new state and the conditions it cut from, for the
+// metrics and events.
+func settle(tj *trainer.TrainJob, before *trainer.TrainJobStatus, set ConditionSet) (reason string, all []metav1.Condition) {
+	s := &tj.Status
+	all = slices.Clone(s.Conditions)
+	s.State, reason = stateOf(all, statusState(before))
+	if c := apimeta.FindStatusCondition(all, trainer.TrainJobCreated); c != nil && c.Status == metav1.ConditionTrue {
+		s.ObservedGeneration = c.ObservedGeneration
+	}
+	if set == UpstreamConditions {
+		s.Conditions = slices.DeleteFunc(s.Conditions, notUpstreams)
+		if len(s.Conditions) == 0 {
+			s.Conditions = nil
+		}
+	}
+	return reason, all
+}
+
+// notUpstreams reports whether upstream Kubeflow Trainer would not write a condition: its SDK
+// sees a TrainJob Running only while it has none. Created=False stays: it says why a TrainJob
+// does not start.
+func notUpstreams(c metav1.Condition) bool {
+	switch c.Type {
+	case trainer.TrainJobCreated:
+		return c.Status == metav1.ConditionTrue
+	case trainer.TrainJobRunning:
+		return true
+	case trainer.TrainJobSuspended:
+		return c.Status != metav1.ConditionTrue
+	}
+	return false
 }
 
 // setJobSetStatus mirrors the JobSet's replicated jobs into status.jobsStatus and status.ready,
@@ -177,6 +261,34 @@ func setRunning(tj *trainer.TrainJob, ready, total int32) {
 	case ran:
 		setCondition(tj, trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobNodesNotReadyReason,
 			"A pod of the training is not ready")
+	}
+}
+
+// tellState emits, once the status is written, the events of a change of status.state that no
+// condition written tells under upstream's conditions: the JobSet made, the TrainJob resumed, the
+// training running or no longer. all are the conditions set in memory.
+func tellState(recorder events.EventRecorder, tj *trainer.TrainJob, from string, all []metav1.Condition) {
+	to := tj.Status.State
+	if from == to || (to != trainer.TrainJobCreated && to != trainer.TrainJobRunning) {
+		return
+	}
+	var told []*metav1.Condition
+	switch from {
+	case trainer.TrainJobPending, "":
+		told = append(told, apimeta.FindStatusCondition(all, trainer.TrainJobCreated))
+	case trainer.TrainJobSuspended:
+		told = append(told, apimeta.FindStatusCondition(all, trainer.TrainJobSuspended))
+	case trainer.TrainJobRunning:
+		told = append(told, &metav1.Condition{Type: trainer.TrainJobRunning, Reason: trainer.TrainJobNodesNotReadyReason,
+			Message: "A pod of the training is not ready"})
+	}
+	if to == trainer.TrainJobRunning {
+		told = append(told, apimeta.FindStatusCondition(all, trainer.TrainJobRunning))
+	}
+	for _, c := range told {
+		if c != nil {
+			recorder.Eventf(tj, nil, corev1.EventTypeNormal, c.Reason, c.Type, "%s", c.Message)
+		}
 	}
 }
 

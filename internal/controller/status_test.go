@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/stretchr/testify/assert"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -33,6 +35,9 @@ func replicatedJob(name, ancestor string, replicas int32) jobsetv1alpha2.Replica
 }
 
 var ignoreTime = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
+
+// statusNow is the time TestStatus runs at: a resumed TrainJob's start time.
+var statusNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func TestStatus(t *testing.T) {
 	created := cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet created")
@@ -66,7 +71,7 @@ func TestStatus(t *testing.T) {
 			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
 				cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed"),
 				created,
-			}},
+			}, StartTime: ptr.To(metav1.NewTime(statusNow))},
 		},
 		"a TrainJob whose suspended JobSet runs again is Resumed, though its suspension was never written": {
 			jobSetWasSuspended: true,
@@ -74,7 +79,7 @@ func TestStatus(t *testing.T) {
 			want: trainer.TrainJobStatus{Conditions: []metav1.Condition{
 				cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed"),
 				created,
-			}},
+			}, StartTime: ptr.To(metav1.NewTime(statusNow))},
 		},
 		"a TrainJob created suspended stays Suspended while its JobSet is": {
 			suspend:            true,
@@ -220,7 +225,7 @@ func TestStatus(t *testing.T) {
 			tj := utiltesting.MakeTrainJob("tj", "ns").Suspend(tc.suspend).Obj()
 			tj.Generation = 3
 			tj.Status.Conditions = tc.before
-			setSuspended(tj, tc.jobSetWasSuspended)
+			setSuspended(tj, tc.jobSetWasSuspended, statusNow)
 			if tc.jobSet != nil {
 				// The JobSet as the cache has it: its size in an annotation, its status.
 				built := &jobsetv1alpha2.JobSet{Spec: jobsetv1alpha2.JobSetSpec{ReplicatedJobs: tc.replicatedJobs}}
@@ -321,15 +326,20 @@ func TestTimeLeft(t *testing.T) {
 		deadline   *int64
 		suspend    bool
 		conditions []metav1.Condition
+		startTime  *time.Time
 		want       time.Duration
 		wantOK     bool
 	}{
-		"no deadline":                      {},
-		"suspended: the clock is stopped":  {deadline: ptr.To[int64](60), suspend: true},
-		"never suspended: from creation":   {deadline: ptr.To[int64](60), want: 10 * time.Second, wantOK: true},
-		"past the deadline: negative":      {deadline: ptr.To[int64](30), want: -20 * time.Second, wantOK: true},
-		"resumed: from the resume":         {deadline: ptr.To[int64](30), conditions: []metav1.Condition{resumed(now.Add(-5 * time.Second))}, want: 25 * time.Second, wantOK: true},
-		"resuming now: the clock restarts": {deadline: ptr.To[int64](30), conditions: []metav1.Condition{{Type: trainer.TrainJobSuspended, Status: metav1.ConditionTrue}}, want: 30 * time.Second, wantOK: true},
+		"resumed: from its start time": {deadline: ptr.To[int64](30), conditions: []metav1.Condition{resumed(created)},
+			startTime: ptr.To(now.Add(-10 * time.Second)), want: 20 * time.Second, wantOK: true},
+		"resumed, under upstream's conditions, which keep no Suspended condition: from its start time": {deadline: ptr.To[int64](30),
+			startTime: ptr.To(now.Add(-10 * time.Second)), want: 20 * time.Second, wantOK: true},
+		"no deadline":                     {},
+		"suspended: the clock is stopped": {deadline: ptr.To[int64](60), suspend: true},
+		"never suspended: from creation":  {deadline: ptr.To[int64](60), want: 10 * time.Second, wantOK: true},
+		"past the deadline: negative":     {deadline: ptr.To[int64](30), want: -20 * time.Second, wantOK: true},
+		"resumed by an operator that kept no start time: from the resume": {deadline: ptr.To[int64](30), conditions: []metav1.Condition{resumed(now.Add(-5 * time.Second))}, want: 25 * time.Second, wantOK: true},
+		"resuming now: the clock restarts":                                {deadline: ptr.To[int64](30), conditions: []metav1.Condition{{Type: trainer.TrainJobSuspended, Status: metav1.ConditionTrue}}, want: 30 * time.Second, wantOK: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -337,10 +347,108 @@ func TestTimeLeft(t *testing.T) {
 			tj.CreationTimestamp = metav1.NewTime(created)
 			tj.Spec.ActiveDeadlineSeconds = tc.deadline
 			tj.Status.Conditions = tc.conditions
+			if tc.startTime != nil {
+				tj.Status.StartTime = ptr.To(metav1.NewTime(*tc.startTime))
+			}
 			left, ok := timeLeft(tj, now)
 			if left != tc.want || ok != tc.wantOK {
 				t.Errorf("timeLeft = %v, %t; want %v, %t", left, ok, tc.want, tc.wantOK)
 			}
+		})
+	}
+}
+
+// settle writes status.state whichever conditions the manager writes, and under upstream's
+// cuts what upstream Kubeflow Trainer would not write: its SDK sees a TrainJob Running only
+// while it has no condition.
+func TestSettle(t *testing.T) {
+	created := cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet created")
+	created.ObservedGeneration = 3
+	running := cond(trainer.TrainJobRunning, metav1.ConditionTrue, trainer.TrainJobNodesReadyReason, "ready")
+	suspended := cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "suspended")
+	resumed := cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "resumed")
+	complete := cond(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully")
+	finished := cond(trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobFinishedReason, "finished")
+	notOwned := cond(trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobObjectNotOwnedReason, "someone else's")
+	cases := map[string]struct {
+		set        ConditionSet
+		was        string
+		conditions []metav1.Condition
+		want       []metav1.Condition
+		wantState  string
+		wantReason string
+	}{
+		"upstream: a JobSet made says nothing": {set: UpstreamConditions, conditions: []metav1.Condition{created},
+			wantState: trainer.TrainJobCreated, wantReason: trainer.TrainJobJobsCreatedReason},
+		"upstream: a training that runs says nothing": {set: UpstreamConditions, conditions: []metav1.Condition{running, created},
+			wantState: trainer.TrainJobRunning, wantReason: trainer.TrainJobNodesReadyReason},
+		"upstream: a resumed TrainJob says nothing (kubeflow/sdk#803)": {set: UpstreamConditions, was: trainer.TrainJobSuspended,
+			conditions: []metav1.Condition{resumed, created}, wantState: trainer.TrainJobCreated, wantReason: trainer.TrainJobJobsCreatedReason},
+		"upstream: a suspended TrainJob says so": {set: UpstreamConditions, conditions: []metav1.Condition{suspended, created},
+			want: []metav1.Condition{suspended}, wantState: trainer.TrainJobSuspended, wantReason: trainer.TrainJobSuspendedReason},
+		"upstream: a finished TrainJob says only so": {set: UpstreamConditions, was: trainer.TrainJobRunning,
+			conditions: []metav1.Condition{complete, resumed, finished, created}, want: []metav1.Condition{complete},
+			wantState: trainer.TrainJobComplete, wantReason: "AllJobsCompleted"},
+		"upstream: a JobSet that cannot be made says why": {set: UpstreamConditions, was: trainer.TrainJobRunning,
+			conditions: []metav1.Condition{notOwned}, want: []metav1.Condition{notOwned}, wantState: trainer.TrainJobPending},
+		"upstream: a reconcile that returned early keeps the state": {set: UpstreamConditions, was: trainer.TrainJobRunning,
+			wantState: trainer.TrainJobRunning},
+		"all: every condition stays": {set: AllConditions, conditions: []metav1.Condition{resumed, running, created},
+			want: []metav1.Condition{resumed, running, created}, wantState: trainer.TrainJobRunning, wantReason: trainer.TrainJobNodesReadyReason},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tj := utiltesting.MakeTrainJob("tj", "ns").Obj()
+			tj.Status.Conditions = slices.Clone(tc.conditions)
+			reason, all := settle(tj, &trainer.TrainJobStatus{State: tc.was}, tc.set)
+			if diff := cmp.Diff(tc.want, tj.Status.Conditions); diff != "" {
+				t.Errorf("conditions written (-want +got):\n%s", diff)
+			}
+			assert.Equal(t, tc.conditions, all, "the conditions set in memory")
+			assert.Equal(t, tc.wantState, tj.Status.State)
+			assert.Equal(t, tc.wantReason, reason)
+			if slices.Contains(tc.conditions, created) {
+				assert.Equal(t, int64(3), tj.Status.ObservedGeneration, "the generation of the JobSet made")
+			}
+		})
+	}
+}
+
+// Under upstream's conditions, a change of state that no written condition tells still has its
+// event.
+func TestTellState(t *testing.T) {
+	all := []metav1.Condition{
+		cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "TrainJob is resumed"),
+		cond(trainer.TrainJobRunning, metav1.ConditionTrue, trainer.TrainJobNodesReadyReason, "All 2 pods of the training are ready"),
+		cond(trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason, "JobSet made"),
+	}
+	cases := map[string]struct {
+		from, to string
+		want     []string
+	}{
+		"made":              {trainer.TrainJobPending, trainer.TrainJobCreated, []string{"Normal JobsCreated JobSet made"}},
+		"running":           {trainer.TrainJobCreated, trainer.TrainJobRunning, []string{"Normal NodesReady All 2 pods of the training are ready"}},
+		"no longer running": {trainer.TrainJobRunning, trainer.TrainJobCreated, []string{"Normal NodesNotReady A pod of the training is not ready"}},
+		"resumed":           {trainer.TrainJobSuspended, trainer.TrainJobCreated, []string{"Normal Resumed TrainJob is resumed"}},
+		"resumed and running at once": {trainer.TrainJobSuspended, trainer.TrainJobRunning,
+			[]string{"Normal Resumed TrainJob is resumed", "Normal NodesReady All 2 pods of the training are ready"}},
+		"made and running at once": {trainer.TrainJobPending, trainer.TrainJobRunning,
+			[]string{"Normal JobsCreated JobSet made", "Normal NodesReady All 2 pods of the training are ready"}},
+		"no change":                   {trainer.TrainJobRunning, trainer.TrainJobRunning, nil},
+		"told by a condition written": {trainer.TrainJobRunning, trainer.TrainJobComplete, nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			recorder := events.NewFakeRecorder(10)
+			tj := utiltesting.MakeTrainJob("tj", "ns").Obj()
+			tj.Status.State = tc.to
+			tellState(recorder, tj, tc.from, all)
+			close(recorder.Events)
+			var got []string
+			for e := range recorder.Events {
+				got = append(got, e)
+			}
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }

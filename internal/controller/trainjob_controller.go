@@ -61,6 +61,8 @@ type TrainJobReconciler struct {
 	progress *progress.Endpoint
 	// gangReports say why the gang controller could not write a TrainJob's PodGroup.
 	gangReports *gangReports
+	// conditions is which conditions the TrainJobs get.
+	conditions ConditionSet
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -85,6 +87,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
 		result.RequeueAfter = left // Check the deadline when it passes.
 	}
+	reason, all := settle(tj, before, r.conditions)
 	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
 		return result, err
 	}
@@ -94,9 +97,18 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 	}
-	recordTransitions(r.recorder, tj, before.Conditions)
-	recordMetrics(r.framework, tj, before.Conditions)
+	r.told(tj, before, reason, all)
 	return result, err
+}
+
+// told emits the events and counts the metrics of a status written over before; reason and all
+// are what settle returned.
+func (r *TrainJobReconciler) told(tj *trainer.TrainJob, before *trainer.TrainJobStatus, reason string, all []metav1.Condition) {
+	recordTransitions(r.recorder, tj, before.Conditions)
+	if r.conditions == UpstreamConditions {
+		tellState(r.recorder, tj, statusState(before), all)
+	}
+	recordMetrics(r.framework, tj, before, reason)
 }
 
 // followFinished keeps a finished TrainJob's jobsStatus and READY in step with its JobSet, whose
@@ -109,6 +121,7 @@ func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.Tra
 	}
 	before := tj.Status.DeepCopy()
 	setJobSetCounts(tj, js)
+	tj.Status.State = statusState(&tj.Status) // Finished by an operator that kept no state.
 	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -174,7 +187,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound) && js != nil:
 		rt = nil
-	case errors.Is(err, trainingruntime.ErrNotFound) && len(tj.Status.Conditions) > 0:
+	case errors.Is(err, trainingruntime.ErrNotFound) && (jobSetMade(tj) || apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated) != nil):
 		// The runtime was there (the TrainJob was built, or tried to be) and went before the
 		// JobSet was made: it was not mistyped. Wait for it rather than fail.
 		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
@@ -304,7 +317,10 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		fmt.Sprintf("JobSet %q is created from %s %q", tj.Name, kind, name))
 
 	// 5. Report suspension and the JobSet's progress.
-	setSuspended(tj, jobSetWasSuspended)
+	if !suspend && tj.Status.StartTime == nil {
+		tj.Status.StartTime = ptr.To(tj.CreationTimestamp)
+	}
+	setSuspended(tj, jobSetWasSuspended, time.Now())
 	setJobSetStatus(tj, js)
 	return ctrl.Result{}, nil
 }
@@ -363,13 +379,13 @@ func (r *TrainJobReconciler) jobSetNotSeen(ctx context.Context, tj *trainer.Trai
 // while the operator did not see it (it was down, failing over, or its cache lagged). Admission
 // lets a running TrainJob change nothing its JobSet is built from (framework.BuiltFrom), and each
 // update of the spec is a generation: a spec unlike the JobSet's, two or more generations after
-// the one the operator last reconciled (its Created condition's), went through a suspension. One generation is an edit
-// admission did not check (webhooks off): the running JobSet is left alone, as documented. A
-// JobSet running the TrainJob's previous spec is then stopped and built again, as the suspension
-// and resume would have done.
+// the one its JobSet was last made from or brought in line with (status.observedGeneration), went
+// through a suspension. One generation is an edit admission did not check (webhooks off): the
+// running JobSet is left alone, as documented. A JobSet running the TrainJob's previous spec is
+// then stopped and built again, as the suspension and resume would have done.
 func changedUnseen(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
-	c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated)
-	return c != nil && c.Status == metav1.ConditionTrue && tj.Generation-c.ObservedGeneration >= 2 && !framework.Built(js, tj)
+	observed := observedGeneration(tj)
+	return observed > 0 && tj.Generation-observed >= 2 && !framework.Built(js, tj)
 }
 
 // setNotOurs says that the TrainJob waits for an object of a child's name that is not its own.
@@ -381,14 +397,14 @@ func setNotOurs(tj *trainer.TrainJob, err error) {
 // own, and that the operator does not watch, looks again.
 const notOursRetry = 2 * time.Second
 
-// mayHaveRun reports whether the TrainJob's pods may have run: its JobSet was created (Created
-// is True) and its status last saw it not suspended. Its JobSet is never created again then: a
-// second JobSet would run the training a second time. A suspended TrainJob's JobSet may be made
-// again (the operator itself deletes a suspended JobSet that cannot take an edit).
+// mayHaveRun reports whether the TrainJob's pods may have run: its status last saw its JobSet
+// made and not suspended (state Created or Running), and it is not suspended. Its JobSet is never
+// created again then: a second JobSet would run the training a second time. A suspended
+// TrainJob's JobSet may be made again (the operator itself deletes a suspended JobSet that cannot
+// take an edit).
 func mayHaveRun(tj *trainer.TrainJob) bool {
-	return apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated) &&
-		!ptr.Deref(tj.Spec.Suspend, false) &&
-		!apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended)
+	state := statusState(&tj.Status)
+	return (state == trainer.TrainJobCreated || state == trainer.TrainJobRunning) && !ptr.Deref(tj.Spec.Suspend, false)
 }
 
 // jobSetGone handles a TrainJob whose pods may have run and whose JobSet the cache does not have.
@@ -449,14 +465,14 @@ func (r *TrainJobReconciler) recreate(ctx context.Context, tj *trainer.TrainJob,
 // the status says so, and tells the transitions; before becomes the status written. A conflict
 // asks for the TrainJob to be reconciled again, the step not taken.
 func (r *TrainJobReconciler) commit(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus) (ctrl.Result, error) {
+	reason, all := settle(tj, before, r.conditions)
 	switch err := r.writeStatusAndRead(ctx, tj); {
 	case apierrors.IsConflict(err):
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 	}
-	recordTransitions(r.recorder, tj, before.Conditions)
-	recordMetrics(r.framework, tj, before.Conditions)
+	r.told(tj, before, reason, all)
 	*before = *tj.Status.DeepCopy()
 	return ctrl.Result{}, nil
 }

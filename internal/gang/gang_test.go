@@ -65,7 +65,7 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 			minMember:  3,
 			minRequest: list("cpu", "6", "memory", "12Gi", "nvidia.com/gpu", "3"),
 		},
-		"the TrainJob's numNodes and resourcesPerNode size the gang": {
+		"the TrainJob's numNodes and resourcesPerNode, merged into the runtime's resources, size the gang": {
 			runtime:   utiltesting.MakeRuntimeSpec().NumNodes(3).ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{}),
 			framework: torch.New(),
 			trainJob: utiltesting.MakeTrainJob("tj", "ns").Trainer(&trainer.Trainer{
@@ -73,7 +73,7 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 				ResourcesPerNode: &corev1.ResourceRequirements{Requests: list("cpu", "8"), Limits: list("nvidia.com/gpu", "2")},
 			}).Obj(),
 			minMember:  5,
-			minRequest: list("cpu", "40", "nvidia.com/gpu", "10"),
+			minRequest: list("cpu", "40", "memory", "20Gi", "nvidia.com/gpu", "10"),
 		},
 		"CPU-only nodes": {
 			runtime: utiltesting.MakeRuntimeSpec().NumNodes(2).ReplicatedJobs(

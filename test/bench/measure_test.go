@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -315,11 +314,9 @@ func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJ
 			return err
 		}
 	}
+	// The status the operator writes with upstream's conditions, its default: no condition.
 	message := fmt.Sprintf("JobSet %q is created", tj.Name)
-	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
-		Type: trainer.TrainJobCreated, Status: metav1.ConditionTrue, Reason: trainer.TrainJobJobsCreatedReason,
-		Message: message, ObservedGeneration: tj.Generation,
-	})
+	tj.Status.State, tj.Status.ObservedGeneration, tj.Status.StartTime = trainer.TrainJobCreated, tj.Generation, ptr.To(tj.CreationTimestamp)
 	if err := c.Status().Update(ctx, tj); err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func watch(ctx context.Context, cfg *rest.Config, n int) (*observer, error) {
 	}
 	seen := func(obj any) {
 		tj := obj.(*trainer.TrainJob)
-		if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated) {
+		if tj.Status.ObservedGeneration > 0 { // Its JobSet is made.
 			o.note(o.ready, tj.Name)
 		}
 		if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) {

@@ -54,7 +54,7 @@ func TestRuntimeChangesLeaveRunningTrainJobsAlone(t *testing.T) {
 	assert.Equal(t, js.UID, again.UID, "the JobSet was recreated")
 	assert.Equal(t, js.Generation, again.Generation, "the JobSet was rewritten")
 	assert.Equal(t, 2, bound(pods(t, tj)))
-	got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobCreated))
+	got := waitForTrainJob(t, tj, stateIs(trainer.TrainJobRunning))
 	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed), "a TrainJob failed as its runtime went")
 
 	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }))

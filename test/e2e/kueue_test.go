@@ -187,10 +187,8 @@ func TestKueueQueuesOverQuota(t *testing.T) {
 	}
 	done := apimeta.FindStatusCondition(waitForComplete(t, first).Status.Conditions, trainer.TrainJobComplete)
 	got := waitForComplete(t, second)
-	resumed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobSuspended)
-	require.NotNil(t, resumed)
-	assert.Equal(t, metav1.ConditionFalse, resumed.Status)
-	assert.False(t, resumed.LastTransitionTime.Before(&done.LastTransitionTime), "the second TrainJob resumed before the first completed")
+	require.NotNil(t, got.Status.StartTime, "the resumed TrainJob has no start time")
+	assert.False(t, got.Status.StartTime.Before(&done.LastTransitionTime), "the second TrainJob resumed before the first completed")
 }
 
 // TestKueuePreemptsForHigherPriority runs a low-priority TrainJob that fills the quota, then
@@ -224,8 +222,8 @@ value: 1000`)
 
 	got := waitForComplete(t, low)
 	assert.NotSubset(t, firstRun, names(pods(t, low)), "the preempted TrainJob ran again with new pods")
-	resumed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobSuspended)
-	assert.False(t, resumed.LastTransitionTime.Before(&highDone.LastTransitionTime), "the preempted TrainJob resumed before the preemptor finished")
+	require.NotNil(t, got.Status.StartTime, "the resumed TrainJob has no start time")
+	assert.False(t, got.Status.StartTime.Before(&highDone.LastTransitionTime), "the preempted TrainJob resumed before the preemptor finished")
 }
 
 // TestMultiKueueTrainJobIsLeftAlone queues a TrainJob that MultiKueue manages: Kueue admits it,

@@ -183,7 +183,7 @@ func TestNamesAtTheLimit(t *testing.T) {
 	assert.ErrorContains(t, err, `the name can have at most 45 characters`)
 
 	tj := createTrainJob(t, ns, name(45), "plain", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(5000).Suspend(true) })
-	waitForTrainJob(t, tj, isTrue(trainer.TrainJobCreated))
+	waitForTrainJob(t, tj, stateIs(trainer.TrainJobSuspended))
 	js := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js))
 	assert.Equal(t, ptr.To[int32](5000), js.Spec.ReplicatedJobs[0].Template.Spec.Completions)

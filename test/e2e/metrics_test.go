@@ -46,7 +46,7 @@ func TestMetricsTellWhatHappened(t *testing.T) {
 	taken := createTrainJob(t, ns, "taken", "metrics", nil)
 	waitForComplete(t, done)
 	waitForComplete(t, gang)
-	waitForTrainJob(t, running, isTrue(trainer.TrainJobRunning))
+	waitForTrainJob(t, running, stateIs(trainer.TrainJobRunning))
 	waitForTrainJob(t, taken, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		assert.Len(c, tj.Status.Conditions, 1)
 		assert.Equal(c, trainer.TrainJobObjectNotOwnedReason, tj.Status.Conditions[0].Reason)

@@ -118,6 +118,13 @@ func isTrue(condType string) func(c *assert.CollectT, tj *trainer.TrainJob) {
 	}
 }
 
+// stateIs checks the TrainJob's status.state, the STATE column.
+func stateIs(state string) func(c *assert.CollectT, tj *trainer.TrainJob) {
+	return func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, state, tj.Status.State, "state; conditions %v", tj.Status.Conditions)
+	}
+}
+
 // waitForComplete waits for the TrainJob to be Complete, with a jobsStatus that matches its
 // JobSet's replicated jobs: a JobSet's Jobs may still wind down after its terminal state, and the
 // TrainJob's counts follow.

@@ -202,7 +202,7 @@ func converged(t *testing.T, ns string, jobs []submitted) {
 			tj, js := &trainer.TrainJob{}, &jobsetv1alpha2.JobSet{}
 			_ = k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, tj)
 			err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, js)
-			t.Logf("%s: conditions %v; its JobSet: %v, terminal state %q", name, tj.Status.Conditions, err, js.Status.TerminalState)
+			t.Logf("%s: state %q, conditions %v; its JobSet: %v, terminal state %q", name, tj.Status.State, tj.Status.Conditions, err, js.Status.TerminalState)
 		}
 	}()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -211,7 +211,7 @@ func converged(t *testing.T, ns string, jobs []submitted) {
 		require.Len(c, list.Items, len(jobs))
 		behind = nil
 		for _, tj := range list.Items {
-			if !apimeta.IsStatusConditionTrue(tj.Status.Conditions, want[tj.Name]) {
+			if tj.Status.State != want[tj.Name] {
 				behind = append(behind, tj.Name)
 			}
 		}

@@ -372,9 +372,9 @@ func TestPrinterColumns(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, rt))
 	tj := utiltesting.MakeTrainJob("printed", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch").NumNodes(4).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
+	tj.Status.State = trainer.TrainJobComplete
 	tj.Status.Conditions = []metav1.Condition{
 		{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue, Reason: "AllJobsCompleted", LastTransitionTime: metav1.Now()},
-		{Type: trainer.TrainJobCreated, Status: metav1.ConditionTrue, Reason: trainer.TrainJobJobsCreatedReason, LastTransitionTime: metav1.Now()},
 	}
 	require.NoError(t, k8sClient.Status().Update(ctx, tj))
 

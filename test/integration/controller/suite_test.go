@@ -34,11 +34,14 @@ var (
 	stopManager func()
 )
 
-// startManager starts the operator's manager with the suite's settings.
+// startManager starts the operator's manager with the suite's settings. The suite's managers
+// write all the conditions (--conditions=all), whose every transition the tests check;
+// status.state, which both sets write, and upstream's set are checked by the tests that say so.
 func startManager() (func(), error) {
 	return cluster.StartManager(controller.Options{
 		MaxConcurrentReconciles: 4,
 		RuntimeGracePeriod:      runtimeGracePeriod,
+		Conditions:              controller.AllConditions,
 	})
 }
 
@@ -47,6 +50,9 @@ func startManager() (func(), error) {
 func withManager(t *testing.T, opts controller.Options, cacheEdits ...func(*cache.Options)) {
 	t.Helper()
 	stopManager()
+	if opts.Conditions == "" {
+		opts.Conditions = controller.AllConditions
+	}
 	stop, err := cluster.StartManager(opts, cacheEdits...)
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -200,12 +199,12 @@ func TestHostileTrainJobs(t *testing.T) {
 	t.Logf("%d hostile TrainJobs and 2 nested ones", len(cases))
 }
 
-// waitForCreated waits for the TrainJob's Created condition to be True.
+// waitForCreated waits for the TrainJob's JobSet to be made: its state is Created.
 func waitForCreated(t *testing.T, ns, name string) {
 	t.Helper()
 	utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval}, client.ObjectKey{Namespace: ns, Name: name}, &trainer.TrainJob{},
 		func(c *assert.CollectT, tj *trainer.TrainJob) {
-			assert.True(c, apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobCreated), "conditions %v", tj.Status.Conditions)
+			assert.Equal(c, trainer.TrainJobCreated, tj.Status.State, "conditions %v", tj.Status.Conditions)
 		})
 }
 
