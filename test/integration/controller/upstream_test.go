@@ -70,7 +70,9 @@ func TestUpstreamConditionsKeepTheDeadlineFromTheResume(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("deadline", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
 	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](3)
 	require.NoError(t, k8sClient.Create(context.Background(), tj))
-	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, trainer.TrainJobSuspended, tj.Status.State) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, trainer.TrainJobSuspended, tj.Status.State)
+	})
 	time.Sleep(4 * time.Second) // Longer than the deadline, suspended: its clock is stopped.
 
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
