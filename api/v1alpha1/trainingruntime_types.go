@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
 // Kinds a TrainJob's spec.runtimeRef may name.
@@ -304,12 +305,23 @@ type CoschedulingPodGroupPolicySource struct {
 
 // VolcanoPodGroupPolicySource configures the Volcano PodGroup.
 type VolcanoPodGroupPolicySource struct {
-	// Queue is the Volcano queue the PodGroup is submitted to. Omitted means Volcano's default
+	// Queue is the Volcano queue the PodGroup is submitted to. The annotation
+	// scheduling.volcano.sh/queue-name on the JobSet (the runtime's template metadata, a
+	// TrainJob's spec.annotations or a runtime patch's template metadata) overrides it, so that a
+	// TrainJob may choose its queue. Omitted, and without the annotation, means Volcano's default
 	// queue.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Queue *string `json:"queue,omitempty"`
+
+	// NetworkTopology asks Volcano to place the gang's pods close together in the network, on
+	// its HyperNodes: mode hard (the default) keeps them within highestTierAllowed (default 1,
+	// the lowest tier), soft only prefers to. It needs Volcano's network-topology-aware
+	// scheduling and HyperNode objects describing the cluster's network.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.highestTierAllowed) || self.highestTierAllowed >= 1",message="highestTierAllowed must be at least 1, the lowest tier",fieldPath=".highestTierAllowed"
+	NetworkTopology *volcanov1beta1.NetworkTopologySpec `json:"networkTopology,omitempty"`
 }
 
 // KAISchedulerPodGroupPolicySource configures scheduling by KAI Scheduler.

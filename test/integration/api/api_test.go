@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
@@ -290,6 +291,20 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 				KAIScheduler: &trainer.KAISchedulerPodGroupPolicySource{},
 			})),
 			want: []string{"spec.podGroupPolicy.kaiScheduler.queue", "at least 1 chars long"},
+		},
+		{
+			name: "Volcano network topology of an unknown mode",
+			obj: rt(utiltesting.MakeRuntimeSpec().PodGroupPolicy(trainer.PodGroupPolicySource{
+				Volcano: &trainer.VolcanoPodGroupPolicySource{NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: "strict"}},
+			})),
+			want: []string{"spec.podGroupPolicy.volcano.networkTopology.mode", `Unsupported value: "strict"`, `"hard", "soft"`},
+		},
+		{
+			name: "Volcano network topology below the lowest tier",
+			obj: rt(utiltesting.MakeRuntimeSpec().PodGroupPolicy(trainer.PodGroupPolicySource{
+				Volcano: &trainer.VolcanoPodGroupPolicySource{NetworkTopology: &volcanov1beta1.NetworkTopologySpec{HighestTierAllowed: ptr.To(0)}},
+			})),
+			want: []string{"spec.podGroupPolicy.volcano.networkTopology.highestTierAllowed", "highestTierAllowed must be at least 1"},
 		},
 		{
 			name: "cluster runtime with two frameworks",

@@ -35,6 +35,13 @@ func withEnv(job jobsetv1alpha2.ReplicatedJob, vars ...string) jobsetv1alpha2.Re
 	return job
 }
 
+// withPriority sets the priority class of a replicated job's pods.
+func withPriority(job jobsetv1alpha2.ReplicatedJob, class string) jobsetv1alpha2.ReplicatedJob {
+	job = *job.DeepCopy()
+	job.Template.Spec.Template.Spec.PriorityClassName = class
+	return job
+}
+
 func override(o trainer.PodSpecOverride) []trainer.PodSpecOverride {
 	return []trainer.PodSpecOverride{o}
 }
@@ -198,6 +205,10 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs: Required value: MPI runs its processes on the pods of a replicated job named "node"`}},
 		{"a cluster torch runtime that sets torchrun's env", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "PET_MASTER_PORT", "1")).Torch(&trainer.TorchMLPolicySource{})),
 			[]string{"containers[0].env[0].name: Forbidden: PET_MASTER_PORT is set by the torch framework"}},
+		{"a Volcano runtime whose gang jobs name two priority classes", rt("r17", utiltesting.MakeRuntimeSpec().ReplicatedJobs(
+			withPriority(utiltesting.ReplicatedJob("launcher", "", "launcher"), "low"), withPriority(node, "high"),
+		).PodGroupPolicy(trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{}})),
+			[]string{`spec.template.spec.replicatedJobs[1].template.spec.template.spec.priorityClassName: Invalid value: "high": replicated job "node" names priority class "high" and replicated job "launcher" names "low"`}},
 
 		// Runtimes the schema refuses, before the webhook.
 		{"a runtime with two frameworks", rt("r13", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).JAX()),
