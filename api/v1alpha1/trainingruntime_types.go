@@ -172,6 +172,43 @@ type TorchMLPolicySource struct {
 	// between minNodes and maxNodes nodes. mlPolicy.numNodes must then be omitted.
 	// +optional
 	ElasticPolicy *TorchElasticPolicy `json:"elasticPolicy,omitempty"`
+
+	// EnvInjection names containers, besides the trainer container, that get the same PET_*
+	// environment as the trainer container: sidecars or init containers of the trainer job, or
+	// containers of another replicated job, that need torchrun's world (its master address,
+	// number of nodes, ...). By default only the trainer container gets it.
+	// +optional
+	EnvInjection *EnvInjection `json:"envInjection,omitempty"`
+}
+
+// EnvInjection names the containers that get torchrun's environment besides the trainer
+// container.
+type EnvInjection struct {
+	// Targets are the replicated jobs, each at most once, and their containers that get the
+	// environment. A job or container the runtime's template lacks makes the runtime invalid.
+	// +optional
+	// +listType=map
+	// +listMapKey=jobName
+	// +kubebuilder:validation:MaxItems=16
+	Targets []EnvInjectionTarget `json:"targets,omitempty"`
+}
+
+// EnvInjectionTarget names containers of one replicated job.
+type EnvInjectionTarget struct {
+	// JobName is the name of a replicated job of the runtime's JobSet template.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	JobName string `json:"jobName"`
+
+	// ContainerNames are the names of containers or init containers of the job's pod template.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	ContainerNames []string `json:"containerNames"`
 }
 
 // TorchElasticPolicy configures elastic PyTorch training with c10d rendezvous.

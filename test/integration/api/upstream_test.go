@@ -84,8 +84,8 @@ spec:
 	}
 }
 
-// A runtime as upstream Kubeflow Trainer writes it, with Volcano's networkTopology, is stored as
-// written: nothing is pruned.
+// A runtime as upstream Kubeflow Trainer writes it, with torch's envInjection and Volcano's
+// networkTopology, is stored as written: neither is pruned.
 func TestUpstreamRuntimeIsStoredAsWritten(t *testing.T) {
 	ns := newNamespace(t)
 	written := `
@@ -99,6 +99,10 @@ spec:
     numNodes: 2
     torch:
       numProcPerNode: auto
+      envInjection:
+        targets:
+        - jobName: node
+          containerNames: [profiler, wait-for-master]
   podGroupPolicy:
     volcano:
       networkTopology:
