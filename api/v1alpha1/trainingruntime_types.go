@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
 // Kinds a TrainJob's spec.runtimeRef may name.
@@ -171,6 +172,43 @@ type TorchMLPolicySource struct {
 	// between minNodes and maxNodes nodes. mlPolicy.numNodes must then be omitted.
 	// +optional
 	ElasticPolicy *TorchElasticPolicy `json:"elasticPolicy,omitempty"`
+
+	// EnvInjection names containers, besides the trainer container, that get the same PET_*
+	// environment as the trainer container: sidecars or init containers of the trainer job, or
+	// containers of another replicated job, that need torchrun's world (its master address,
+	// number of nodes, ...). By default only the trainer container gets it.
+	// +optional
+	EnvInjection *EnvInjection `json:"envInjection,omitempty"`
+}
+
+// EnvInjection names the containers that get torchrun's environment besides the trainer
+// container.
+type EnvInjection struct {
+	// Targets are the replicated jobs, each at most once, and their containers that get the
+	// environment. A job or container the runtime's template lacks makes the runtime invalid.
+	// +optional
+	// +listType=map
+	// +listMapKey=jobName
+	// +kubebuilder:validation:MaxItems=16
+	Targets []EnvInjectionTarget `json:"targets,omitempty"`
+}
+
+// EnvInjectionTarget names containers of one replicated job.
+type EnvInjectionTarget struct {
+	// JobName is the name of a replicated job of the runtime's JobSet template.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	JobName string `json:"jobName"`
+
+	// ContainerNames are the names of containers or init containers of the job's pod template.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	ContainerNames []string `json:"containerNames"`
 }
 
 // TorchElasticPolicy configures elastic PyTorch training with c10d rendezvous.
@@ -304,12 +342,23 @@ type CoschedulingPodGroupPolicySource struct {
 
 // VolcanoPodGroupPolicySource configures the Volcano PodGroup.
 type VolcanoPodGroupPolicySource struct {
-	// Queue is the Volcano queue the PodGroup is submitted to. Omitted means Volcano's default
+	// Queue is the Volcano queue the PodGroup is submitted to. The annotation
+	// scheduling.volcano.sh/queue-name on the JobSet (the runtime's template metadata, a
+	// TrainJob's spec.annotations or a runtime patch's template metadata) overrides it, so that a
+	// TrainJob may choose its queue. Omitted, and without the annotation, means Volcano's default
 	// queue.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Queue *string `json:"queue,omitempty"`
+
+	// NetworkTopology asks Volcano to place the gang's pods close together in the network, on
+	// its HyperNodes: mode hard (the default) keeps them within highestTierAllowed (default 1,
+	// the lowest tier), soft only prefers to. It needs Volcano's network-topology-aware
+	// scheduling and HyperNode objects describing the cluster's network.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.highestTierAllowed) || self.highestTierAllowed >= 1",message="highestTierAllowed must be at least 1, the lowest tier",fieldPath=".highestTierAllowed"
+	NetworkTopology *volcanov1beta1.NetworkTopologySpec `json:"networkTopology,omitempty"`
 }
 
 // KAISchedulerPodGroupPolicySource configures scheduling by KAI Scheduler.

@@ -36,9 +36,13 @@ var (
 	MLPolicyPath = field.NewPath("spec", "mlPolicy")
 )
 
-// RuntimeContainerPath is the path of a container of a replicated job of the runtime, by index.
-func RuntimeContainerPath(job, container int) *field.Path {
-	return RuntimeJobsPath.Index(job).Child("template", "spec", "template", "spec", "containers").Index(container)
+// Path is the runtime's path of the container.
+func (r ContainerRef) Path() *field.Path {
+	list := "containers"
+	if r.Init {
+		list = "initContainers"
+	}
+	return RuntimeJobsPath.Index(r.Job).Child("template", "spec", "template", "spec", list).Index(r.Index)
 }
 
 // TrainerJobPath is the runtime's path of the trainer job.
@@ -48,5 +52,5 @@ func (b *Draft) TrainerJobPath() *field.Path {
 
 // TrainerContainerPath is the runtime's path of the trainer container.
 func (b *Draft) TrainerContainerPath() *field.Path {
-	return RuntimeContainerPath(b.trainerJob, b.trainerContainer)
+	return b.Trainer().Path()
 }

@@ -4,6 +4,8 @@
 package framework
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,8 +24,9 @@ type Framework interface {
 	// The policy is nil for runtimes without one and for TrainJobs whose runtime is missing.
 	Selects(*trainer.MLPolicy) bool
 
-	// ReservedEnv names the env vars the framework sets in the trainer container. A TrainJob or
-	// runtime that sets one of them by hand cannot be built.
+	// ReservedEnv names the env vars the framework sets in the trainer container (and in its
+	// EnvTargets, if it has any). A TrainJob or runtime that sets one of them by hand there cannot
+	// be built.
 	ReservedEnv() []string
 
 	// Apply adds the framework's settings (environment, ports, node counts, children beside the
@@ -36,6 +39,15 @@ type Framework interface {
 // mpi). A TrainJob that sets it for another framework cannot be built: it would be ignored.
 type ProcessesPerNode interface {
 	ReadsNumProcPerNode()
+}
+
+// EnvTargets is implemented by a framework that sets its env vars in more containers than the
+// trainer container: torch, in those its runtime names in mlPolicy.torch.envInjection. The
+// pipeline refuses the framework's env vars set by hand in them, as in the trainer container.
+type EnvTargets interface {
+	// EnvTargets returns the containers, besides the trainer container, that get the framework's
+	// env vars, or a *RuntimeError naming a job or container the runtime lacks.
+	EnvTargets(*Draft) ([]ContainerRef, error)
 }
 
 // Select returns the framework that runs TrainJobs of a runtime with this ML policy: the first of
@@ -71,18 +83,61 @@ type Draft struct {
 	trainerJob, trainerContainer int
 }
 
+// ContainerRef is a container of a replicated job's pod template, by its indexes in the JobSet
+// being built, which are also its indexes in the runtime's template.
+type ContainerRef struct {
+	Job   int  // the replicated job
+	Init  bool // an init container, not a container
+	Index int  // in the pod template's containers, or init containers
+}
+
+// Trainer is the trainer container.
+func (b *Draft) Trainer() ContainerRef {
+	return ContainerRef{Job: b.trainerJob, Index: b.trainerContainer}
+}
+
+// Container is a container of the JobSet being built.
+func (b *Draft) Container(r ContainerRef) *corev1.Container {
+	return container(&b.JobSet.Spec.ReplicatedJobs[r.Job], r)
+}
+
+// RuntimeContainer is a container as the runtime has it, before any of the TrainJob's values
+// were applied.
+func (b *Draft) RuntimeContainer(r ContainerRef) *corev1.Container {
+	return container(&b.Runtime.Spec.Template.Spec.ReplicatedJobs[r.Job], r)
+}
+
+func container(job *jobsetv1alpha2.ReplicatedJob, r ContainerRef) *corev1.Container {
+	spec := &job.Template.Spec.Template.Spec
+	if r.Init {
+		return &spec.InitContainers[r.Index]
+	}
+	return &spec.Containers[r.Index]
+}
+
+// ContainerNamed finds the container, else the init container, of the given name in a replicated
+// job of the JobSet being built. Kubernetes keeps the names of both lists apart.
+func (b *Draft) ContainerNamed(job int, name string) (ContainerRef, bool) {
+	spec := &b.JobSet.Spec.ReplicatedJobs[job].Template.Spec.Template.Spec
+	named := func(c corev1.Container) bool { return c.Name == name }
+	if i := slices.IndexFunc(spec.Containers, named); i >= 0 {
+		return ContainerRef{Job: job, Index: i}, true
+	}
+	if i := slices.IndexFunc(spec.InitContainers, named); i >= 0 {
+		return ContainerRef{Job: job, Init: true, Index: i}, true
+	}
+	return ContainerRef{}, false
+}
+
 // TrainerJob is the replicated job labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
 func (b *Draft) TrainerJob() *jobsetv1alpha2.ReplicatedJob {
 	return &b.JobSet.Spec.ReplicatedJobs[b.trainerJob]
 }
 
-// TrainerJobIndex is the index of the trainer job in the JobSet's replicated jobs.
-func (b *Draft) TrainerJobIndex() int { return b.trainerJob }
-
 // TrainerContainer is the trainer container of the trainer job's pod template: the one named
 // "node", else the one named "trainer".
 func (b *Draft) TrainerContainer() *corev1.Container {
-	return &b.TrainerJob().Template.Spec.Template.Spec.Containers[b.trainerContainer]
+	return b.Container(b.Trainer())
 }
 
 // SetTrainer records where the trainer job and container are. The pipeline calls it once.
@@ -93,7 +148,7 @@ func (b *Draft) SetTrainer(job, container int) {
 // RuntimeTrainerContainer is the trainer container as the runtime has it, before any of the
 // TrainJob's values were applied.
 func (b *Draft) RuntimeTrainerContainer() *corev1.Container {
-	return &b.Runtime.Spec.Template.Spec.ReplicatedJobs[b.trainerJob].Template.Spec.Template.Spec.Containers[b.trainerContainer]
+	return b.RuntimeContainer(b.Trainer())
 }
 
 // NumNodesError says that NumNodes does not fit, at the field it came from: the TrainJob's

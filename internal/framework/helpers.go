@@ -37,7 +37,12 @@ func (b *Draft) PodAddress(job string, jobIndex, podIndex int) string {
 
 // SetEnv puts env vars into the trainer container, replacing vars of the same names.
 func (b *Draft) SetEnv(vars ...corev1.EnvVar) {
-	c := b.TrainerContainer()
+	b.SetEnvIn(b.Trainer(), vars...)
+}
+
+// SetEnvIn puts env vars into a container, replacing vars of the same names.
+func (b *Draft) SetEnvIn(r ContainerRef, vars ...corev1.EnvVar) {
+	c := b.Container(r)
 	c.Env = upsert.Env(c.Env, vars...)
 }
 
@@ -55,10 +60,16 @@ func (b *Draft) SetDefaultEnv(vars ...corev1.EnvVar) {
 // SetRankEnv makes the trainer job Indexed and sets an env var of the trainer container to each
 // pod's index in it, 0 to numNodes-1.
 func (b *Draft) SetRankEnv(name string) {
+	b.SetEnv(b.RankEnv(name))
+}
+
+// RankEnv makes the trainer job Indexed and returns an env var whose value is, in each pod, the
+// pod's index in its Job: in the trainer job's pods, their rank, 0 to numNodes-1.
+func (b *Draft) RankEnv(name string) corev1.EnvVar {
 	b.TrainerJob().Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
-	b.SetEnv(corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", completionIndexAnnotation)},
-	}})
+	}}
 }
 
 // SetPort puts a named TCP port into the trainer container's ports, in place of one of the same

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,8 +102,25 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 				WithScheduleTimeoutSeconds(ptr.Deref(policy.Coscheduling.ScheduleTimeoutSeconds, DefaultScheduleTimeoutSeconds))), nil
 	}
 	spec := volcanoac.PodGroupSpec().WithMinMember(members).WithMinResources(resources)
-	if policy.Volcano.Queue != nil {
-		spec.WithQueue(*policy.Volcano.Queue)
+	if queue := volcanoQueue(b); queue != "" {
+		spec.WithQueue(queue)
+	}
+	priority, err := priorityClass(b)
+	if err != nil {
+		return nil, err
+	}
+	if priority != "" {
+		spec.WithPriorityClassName(priority)
+	}
+	if nt := policy.Volcano.NetworkTopology; nt != nil {
+		topology := volcanoac.NetworkTopologySpec()
+		if nt.Mode != "" {
+			topology.WithMode(nt.Mode)
+		}
+		if nt.HighestTierAllowed != nil {
+			topology.WithHighestTierAllowed(*nt.HighestTierAllowed)
+		}
+		spec.WithNetworkTopology(topology)
 	}
 	pg := volcanoac.PodGroup(tj.Name, tj.Namespace).
 		WithLabels(b.Labels()).
@@ -116,6 +134,41 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 		return nil, fmt.Errorf("converting the Volcano PodGroup: %w", err)
 	}
 	return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), nil
+}
+
+// volcanoQueue is the Volcano queue of the gang: the JobSet's scheduling.volcano.sh/queue-name
+// annotation, as the runtime's template, the TrainJob's spec.annotations and its runtime patches
+// left it, else the runtime's volcano.queue, else "", Volcano's default queue. The runtime sets
+// the queue, and a TrainJob may choose another, as upstream Kubeflow Trainer lets it.
+func volcanoQueue(b *framework.Draft) string {
+	if queue := b.JobSet.Annotations[volcanov1beta1.QueueNameAnnotationKey]; queue != "" {
+		return queue
+	}
+	return ptr.Deref(b.Runtime.Spec.PodGroupPolicy.Volcano.Queue, "")
+}
+
+// priorityClass is the priority class of the gang's Volcano PodGroup: the one the pod templates
+// of its member jobs name, or "" when none does. A member that names none is left out: its pods
+// take the cluster's default priority. Two members that name different ones are the runtime's
+// error (only a runtime sets it): a PodGroup has one priority, and picking one would reorder
+// the gang against others silently.
+func priorityClass(b *framework.Draft) (string, error) {
+	gang := members(b.JobSet)
+	var class, from string
+	for i, job := range b.JobSet.Spec.ReplicatedJobs {
+		name := job.Template.Spec.Template.Spec.PriorityClassName
+		switch {
+		case !gang[job.Name] || name == "" || name == class:
+		case class == "":
+			class, from = name, job.Name
+		default:
+			return "", b.RuntimeError(field.Invalid(
+				framework.RuntimeJobsPath.Index(i).Child("template", "spec", "template", "spec", "priorityClassName"), name,
+				fmt.Sprintf("replicated job %q names priority class %q and replicated job %q names %q: the jobs of a gang must name the same one, as its Volcano PodGroup has one priority",
+					job.Name, name, from, class)))
+		}
+	}
+	return class, nil
 }
 
 // members names the replicated jobs whose pods are the gang: those that run together. Not the

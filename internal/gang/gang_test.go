@@ -1,6 +1,7 @@
 package gang_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -271,4 +272,138 @@ func TestGangMembership(t *testing.T) {
 			assert.ErrorContains(t, err, "may not be set by hand", "%v", meta)
 		}
 	})
+}
+
+func TestVolcanoPodGroupSpec(t *testing.T) {
+	node := func(priority string) jobsetv1alpha2.ReplicatedJob {
+		job := withResources(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node"), list("cpu", "1"), nil)
+		job.Template.Spec.Template.Spec.PriorityClassName = priority
+		return job
+	}
+	// launcher is a second member job, the first in the JobSet.
+	launcher := func(priority string) jobsetv1alpha2.ReplicatedJob {
+		job := withResources(utiltesting.ReplicatedJob("launcher", "", "launcher"), list("cpu", "1"), nil)
+		job.Template.Spec.Template.Spec.PriorityClassName = priority
+		return job
+	}
+	volcano := func(p trainer.VolcanoPodGroupPolicySource) trainer.PodGroupPolicySource {
+		return trainer.PodGroupPolicySource{Volcano: &p}
+	}
+	queueAnnotation := func(queue string) map[string]string {
+		return map[string]string{volcanov1beta1.QueueNameAnnotationKey: queue}
+	}
+	tj := func() *utiltesting.TrainJobWrapper { return utiltesting.MakeTrainJob("tj", "ns") }
+	cases := map[string]struct {
+		runtime *utiltesting.RuntimeSpecWrapper
+		// runtimeAnnotations are the runtime's JobSet template annotations.
+		runtimeAnnotations map[string]string
+		trainJob           *trainer.TrainJob
+		want               volcanov1beta1.PodGroupSpec
+		wantErr            string
+	}{
+		"the runtime's queue": {
+			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			trainJob: tj().Obj(),
+			want:     volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "research"},
+		},
+		"no queue anywhere is Volcano's default queue": {
+			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
+			trainJob: tj().Obj(),
+			want:     volcanov1beta1.PodGroupSpec{MinMember: 1},
+		},
+		"the queue annotation of the runtime's template wins over its queue field": {
+			runtime:            utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			runtimeAnnotations: queueAnnotation("batch"),
+			trainJob:           tj().Obj(),
+			want:               volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "batch"},
+		},
+		"a TrainJob chooses its queue with the annotation in spec.annotations": {
+			runtime:            utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			runtimeAnnotations: queueAnnotation("batch"),
+			trainJob: func() *trainer.TrainJob {
+				o := tj().Obj()
+				o.Spec.Annotations = queueAnnotation("urgent")
+				return o
+			}(),
+			want: volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "urgent"},
+		},
+		"a runtime patch's queue annotation wins over the TrainJob's": {
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			trainJob: func() *trainer.TrainJob {
+				o := tj().RuntimePatches(trainer.RuntimePatch{Manager: "kueue", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
+					Template: &trainer.JobSetTemplatePatch{Metadata: &trainer.MetadataPatch{Annotations: queueAnnotation("from-patch")}},
+				}}).Obj()
+				o.Spec.Annotations = queueAnnotation("urgent")
+				return o
+			}(),
+			want: volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "from-patch"},
+		},
+		"an empty queue annotation leaves the runtime's queue": {
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			trainJob: func() *trainer.TrainJob {
+				o := tj().Obj()
+				o.Spec.Annotations = queueAnnotation("")
+				return o
+			}(),
+			want: volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "research"},
+		},
+		"network topology is passed on as the runtime has it": {
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{
+				NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.SoftNetworkTopologyMode, HighestTierAllowed: ptr.To(2)},
+			})),
+			trainJob: tj().Obj(),
+			want: volcanov1beta1.PodGroupSpec{MinMember: 1, NetworkTopology: &volcanov1beta1.NetworkTopologySpec{
+				Mode: volcanov1beta1.SoftNetworkTopologyMode, HighestTierAllowed: ptr.To(2),
+			}},
+		},
+		"an empty network topology is left to Volcano's defaults": {
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{
+				NetworkTopology: &volcanov1beta1.NetworkTopologySpec{},
+			})),
+			trainJob: tj().Obj(),
+			want:     volcanov1beta1.PodGroupSpec{MinMember: 1, NetworkTopology: &volcanov1beta1.NetworkTopologySpec{}},
+		},
+		"the priority class of the member pods": {
+			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(launcher("high"), node("high")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
+			trainJob: tj().Obj(),
+			want:     volcanov1beta1.PodGroupSpec{MinMember: 2, PriorityClassName: "high"},
+		},
+		"a member without a priority class is left out": {
+			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(launcher(""), node("high")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
+			trainJob: tj().Obj(),
+			want:     volcanov1beta1.PodGroupSpec{MinMember: 2, PriorityClassName: "high"},
+		},
+		"an initializer's priority class is not the gang's": {
+			runtime: func() *utiltesting.RuntimeSpecWrapper {
+				dataset := utiltesting.ReplicatedJob("dataset-initializer", trainer.AncestorDatasetInitializer, "dataset-initializer")
+				dataset.Template.Spec.Template.Spec.PriorityClassName = "low"
+				return utiltesting.MakeRuntimeSpec().ReplicatedJobs(dataset, node("high")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{}))
+			}(),
+			trainJob: tj().Obj(),
+			want:     volcanov1beta1.PodGroupSpec{MinMember: 1, PriorityClassName: "high"},
+		},
+		"members of different priority classes cannot be built": {
+			runtime:  utiltesting.MakeRuntimeSpec().ReplicatedJobs(launcher("low"), node("high")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
+			trainJob: tj().Obj(),
+			wantErr: `ClusterTrainingRuntime "rt": spec.template.spec.replicatedJobs[1].template.spec.template.spec.priorityClassName: Invalid value: "high": ` +
+				`replicated job "node" names priority class "high" and replicated job "launcher" names "low": the jobs of a gang must name the same one`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			spec := tc.runtime.Obj()
+			spec.Template.Annotations = tc.runtimeAnnotations
+			children, err := pipeline.Build(tc.trainJob, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: &spec}, plain.New())
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			got := utiltesting.FromApplyConfiguration[volcanov1beta1.PodGroup](t, children.PodGroup)
+			tc.want.MinResources = &corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(fmt.Sprint(tc.want.MinMember))}
+			if diff := cmp.Diff(tc.want, got.Spec); diff != "" {
+				t.Errorf("PodGroup spec (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

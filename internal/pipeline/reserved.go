@@ -30,25 +30,35 @@ func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 }
 
 // checkReservedEnv refuses a TrainJob or runtime that sets, on the trainer container, an env var
-// the framework, or the operator's progress reporting, sets itself: the operator's value would
-// silently replace it, or it would silently replace the operator's and break the distributed
-// setup. The TrainJob's are errors of the list; the runtime's is a *framework.RuntimeError.
+// the framework, or the operator's progress reporting, sets itself, and on the other containers
+// the framework sets its env vars in (framework.EnvTargets), one the framework sets: the
+// operator's value would silently replace it, or it would silently replace the operator's and
+// break the distributed setup. The TrainJob's are errors of the list; the runtime's is a
+// *framework.RuntimeError.
 func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podPatch) (field.ErrorList, error) {
-	// setBy says who sets an env var on the trainer container, or "" when nobody does.
-	setBy := func(name string) string {
+	containers := []framework.ContainerRef{b.Trainer()}
+	if targets, ok := fw.(framework.EnvTargets); ok {
+		more, err := targets.EnvTargets(b)
+		if err != nil {
+			return nil, err
+		}
+		containers = append(containers, more...)
+	}
+	// setBy says who sets an env var on container c, or "" when nobody does.
+	setBy := func(c framework.ContainerRef, name string) string {
 		switch {
 		case slices.Contains(fw.ReservedEnv(), name):
 			return "the " + fw.Name() + " framework"
-		case slices.Contains(progress.ReservedEnv, name):
+		case c == b.Trainer() && slices.Contains(progress.ReservedEnv, name):
 			return "the operator (for progress reports)"
 		}
 		return ""
 	}
-	// check returns the errors of the reserved vars of env, whose list is at path.
-	check := func(env []corev1.EnvVar, path *field.Path) field.ErrorList {
+	// check returns the errors of the reserved vars of env, container c's, whose list is at path.
+	check := func(c framework.ContainerRef, env []corev1.EnvVar, path *field.Path) field.ErrorList {
 		var errs field.ErrorList
 		for i, e := range env {
-			if by := setBy(e.Name); by != "" {
+			if by := setBy(c, e.Name); by != "" {
 				errs = append(errs, field.Forbidden(path.Index(i).Child("name"),
 					fmt.Sprintf("%s is set by %s and may not be set by hand", e.Name, by)))
 			}
@@ -56,21 +66,29 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podP
 		return errs
 	}
 
-	if errs := check(b.RuntimeTrainerContainer().Env, b.TrainerContainerPath().Child("env")); len(errs) > 0 {
-		return nil, b.RuntimeError(errs[0])
+	for _, c := range containers {
+		if errs := check(c, b.RuntimeContainer(c).Env, c.Path().Child("env")); len(errs) > 0 {
+			return nil, b.RuntimeError(errs[0])
+		}
 	}
 	var errs field.ErrorList
 	if t := b.TrainJob.Spec.Trainer; t != nil {
-		errs = append(errs, check(t.Env, framework.TrainerPath.Child("env"))...)
+		errs = append(errs, check(b.Trainer(), t.Env, framework.TrainerPath.Child("env"))...)
 	}
-	container := b.TrainerContainer().Name
 	for _, p := range patches {
-		if !slices.Contains(p.jobs, b.TrainerJobIndex()) {
-			continue
-		}
-		for j, c := range p.patch.Containers {
-			if c.Name == container {
-				errs = append(errs, check(c.Env, p.path.Child("containers").Index(j).Child("env"))...)
+		for _, c := range containers {
+			if !slices.Contains(p.jobs, c.Job) {
+				continue
+			}
+			list, path := p.patch.Containers, p.path.Child("containers")
+			if c.Init {
+				list, path = p.patch.InitContainers, p.path.Child("initContainers")
+			}
+			name := b.Container(c).Name
+			for j, patch := range list {
+				if patch.Name == name {
+					errs = append(errs, check(c, patch.Env, path.Index(j).Child("env"))...)
+				}
 			}
 		}
 	}

@@ -5,9 +5,10 @@ package torch
 
 import (
 	"fmt"
-	batchv1 "k8s.io/api/batch/v1"
+	"slices"
 	"strconv"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -15,6 +16,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/upsert"
 )
 
 // Name of the framework and its controller.
@@ -53,61 +55,110 @@ func (torch) ReservedEnv() []string {
 		EnvRdzvBackend, EnvRdzvEndpoint, EnvRdzvID, EnvMaxRestarts}
 }
 
-// Apply sets torchrun's environment on every node: a static rendezvous on the first node, or with
-// an elastic policy a c10d rendezvous between minNodes and maxNodes nodes.
-func (torch) Apply(b *framework.Draft) error {
-	policy := b.MLPolicy().Torch
-	procs, err := numProcPerNode(b, policy)
+// Apply sets torchrun's environment on every node, and in the containers the runtime's
+// envInjection names: a static rendezvous on the first node, or with an elastic policy a c10d
+// rendezvous between minNodes and maxNodes nodes.
+func (t torch) Apply(b *framework.Draft) error {
+	env, err := environment(b, b.MLPolicy().Torch)
 	if err != nil {
 		return err
 	}
-	master := b.PodAddress(b.TrainerJob().Name, 0, 0)
-	b.SetRankEnv(EnvNodeRank)
+	targets, err := t.EnvTargets(b)
+	if err != nil {
+		return err
+	}
 	b.SetPort("torchrun", Port)
-	b.SetEnv(
-		corev1.EnvVar{Name: EnvNumNodes, Value: strconv.Itoa(int(b.NumNodes))},
-		corev1.EnvVar{Name: EnvNumProcPerNode, Value: procs},
-		corev1.EnvVar{Name: EnvMasterAddr, Value: master},
-		corev1.EnvVar{Name: EnvMasterPort, Value: strconv.Itoa(Port)},
-	)
-	if policy.ElasticPolicy != nil {
-		return applyElastic(b, policy.ElasticPolicy, master)
+	for _, c := range append([]framework.ContainerRef{b.Trainer()}, targets...) {
+		b.SetEnvIn(c, env...)
 	}
 	return nil
 }
 
+// EnvTargets are the containers and init containers that the runtime's
+// mlPolicy.torch.envInjection names. A job or container the runtime lacks is the runtime's
+// error. The trainer container, which gets the environment anyway, is left out.
+func (torch) EnvTargets(b *framework.Draft) ([]framework.ContainerRef, error) {
+	injection := b.MLPolicy().Torch.EnvInjection
+	if injection == nil {
+		return nil, nil
+	}
+	path := framework.MLPolicyPath.Child("torch", "envInjection", "targets")
+	var refs []framework.ContainerRef
+	for i, target := range injection.Targets {
+		job := slices.IndexFunc(b.JobSet.Spec.ReplicatedJobs, func(j jobsetv1alpha2.ReplicatedJob) bool { return j.Name == target.JobName })
+		if job < 0 {
+			return nil, b.RuntimeError(field.Invalid(path.Index(i).Child("jobName"), target.JobName,
+				"the runtime's template has no replicated job of that name"))
+		}
+		for k, name := range target.ContainerNames {
+			ref, ok := b.ContainerNamed(job, name)
+			if !ok {
+				return nil, b.RuntimeError(field.Invalid(path.Index(i).Child("containerNames").Index(k), name,
+					fmt.Sprintf("replicated job %q has no container or init container of that name", target.JobName)))
+			}
+			if ref != b.Trainer() {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	return refs, nil
+}
+
+// environment is torchrun's environment, the same in every container that gets it, and makes
+// the trainer job fit it: Indexed, for the ranks, and sized by the elastic policy.
+func environment(b *framework.Draft, policy *trainer.TorchMLPolicySource) ([]corev1.EnvVar, error) {
+	procs, err := numProcPerNode(b, policy)
+	if err != nil {
+		return nil, err
+	}
+	master := b.PodAddress(b.TrainerJob().Name, 0, 0)
+	env := []corev1.EnvVar{
+		b.RankEnv(EnvNodeRank),
+		{Name: EnvNumNodes, Value: strconv.Itoa(int(b.NumNodes))},
+		{Name: EnvNumProcPerNode, Value: procs},
+		{Name: EnvMasterAddr, Value: master},
+		{Name: EnvMasterPort, Value: strconv.Itoa(Port)},
+	}
+	if policy.ElasticPolicy == nil {
+		return env, nil
+	}
+	elastic, err := applyElastic(b, policy.ElasticPolicy, master)
+	return upsert.Env(env, elastic...), err
+}
+
 // applyElastic runs maxNodes pods that rendezvous through the c10d store on the first node, and
-// lets torchrun and the JobSet restart the training maxRestarts times. The Job, the gang and
-// torchrun agree on the sizes a run may have: torchrun trains with whatever number of nodes
-// between minNodes and maxNodes joined, the gang is placed with minNodes of them, and the Job
-// succeeds once minNodes pods did (a Job success policy), so that a run which never grew past
-// minNodes completes rather than wait for pods that never ran.
-func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, master string) error {
+// lets torchrun and the JobSet restart the training maxRestarts times; it returns the elastic
+// part of torchrun's environment. The Job, the gang and torchrun agree on the sizes a run may
+// have: torchrun trains with whatever number of nodes between minNodes and maxNodes joined, the
+// gang is placed with minNodes of them, and the Job succeeds once minNodes pods did (a Job
+// success policy), so that a run which never grew past minNodes completes rather than wait for
+// pods that never ran.
+func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, master string) ([]corev1.EnvVar, error) {
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
-		return field.Forbidden(framework.TrainerPath.Child("numNodes"),
+		return nil, field.Forbidden(framework.TrainerPath.Child("numNodes"),
 			fmt.Sprintf("%s is elastic: its torch.elasticPolicy sizes the job", b.Runtime))
 	}
 	minNodes := ptr.Deref(elastic.MinNodes, 1)
 	maxNodes := ptr.Deref(elastic.MaxNodes, minNodes)
 	b.SetNodes(maxNodes)
 	if minNodes < maxNodes {
-		// The trainer job is Indexed (SetRankEnv), as a success policy needs.
+		// The trainer job is Indexed (RankEnv), as a success policy needs.
 		b.TrainerJob().Template.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To(minNodes)}}}
 	}
-	b.SetEnv(
-		corev1.EnvVar{Name: EnvNumNodes, Value: fmt.Sprintf("%d:%d", minNodes, maxNodes)},
-		corev1.EnvVar{Name: EnvRdzvBackend, Value: "c10d"},
-		corev1.EnvVar{Name: EnvRdzvEndpoint, Value: fmt.Sprintf("%s:%d", master, Port)},
-		corev1.EnvVar{Name: EnvRdzvID, Value: b.TrainJob.Name},
-	)
+	env := []corev1.EnvVar{
+		{Name: EnvNumNodes, Value: fmt.Sprintf("%d:%d", minNodes, maxNodes)},
+		{Name: EnvRdzvBackend, Value: "c10d"},
+		{Name: EnvRdzvEndpoint, Value: fmt.Sprintf("%s:%d", master, Port)},
+		{Name: EnvRdzvID, Value: b.TrainJob.Name},
+	}
 	if elastic.MaxRestarts != nil {
-		b.SetEnv(corev1.EnvVar{Name: EnvMaxRestarts, Value: strconv.Itoa(int(*elastic.MaxRestarts))})
+		env = append(env, corev1.EnvVar{Name: EnvMaxRestarts, Value: strconv.Itoa(int(*elastic.MaxRestarts))})
 		if b.JobSet.Spec.FailurePolicy == nil {
 			b.JobSet.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{}
 		}
 		b.JobSet.Spec.FailurePolicy.MaxRestarts = *elastic.MaxRestarts
 	}
-	return nil
+	return env, nil
 }
 
 // numProcPerNode resolves the processes per node to a number, so that the world size is fixed

@@ -231,3 +231,136 @@ func TestTorch(t *testing.T) {
 		})
 	}
 }
+
+func TestEnvInjection(t *testing.T) {
+	// runtime has a trainer job "node" with a sidecar "monitor" and an init container "wait-for-data",
+	// and a job "evaluator" with containers "eval" and "logs".
+	runtime := func(policy trainer.TorchMLPolicySource, change ...func(node, evaluator *corev1.PodSpec)) trainer.TrainingRuntimeSpec {
+		node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+		node.Template.Spec.Template.Spec.Containers = append(node.Template.Spec.Template.Spec.Containers, corev1.Container{Name: "monitor"})
+		node.Template.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "wait-for-data"}}
+		evaluator := utiltesting.ReplicatedJob("evaluator", "", "eval")
+		evaluator.Template.Spec.Template.Spec.Containers = append(evaluator.Template.Spec.Template.Spec.Containers, corev1.Container{Name: "logs"})
+		for _, c := range change {
+			c(&node.Template.Spec.Template.Spec, &evaluator.Template.Spec.Template.Spec)
+		}
+		policy.NumProcPerNode = ptr.To(intstr.FromInt32(1))
+		return utiltesting.MakeRuntimeSpec().NumNodes(2).ReplicatedJobs(node, evaluator).Torch(&policy).Obj()
+	}
+	inject := func(targets ...trainer.EnvInjectionTarget) trainer.TorchMLPolicySource {
+		return trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{Targets: targets}}
+	}
+	target := func(job string, containers ...string) trainer.EnvInjectionTarget {
+		return trainer.EnvInjectionTarget{JobName: job, ContainerNames: containers}
+	}
+	static := []corev1.EnvVar{
+		rankEnv,
+		{Name: EnvNumNodes, Value: "2"},
+		{Name: EnvNumProcPerNode, Value: "1"},
+		{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
+		{Name: EnvMasterPort, Value: "29400"},
+	}
+	tj := func() *utiltesting.TrainJobWrapper { return utiltesting.MakeTrainJob("mnist", "ns") }
+
+	cases := map[string]struct {
+		runtime  trainer.TrainingRuntimeSpec
+		trainJob *trainer.TrainJob
+		// wantEnv is the env of each container, by job and container name; "init:" marks an init
+		// container.
+		wantEnv map[string][]corev1.EnvVar
+		wantErr string
+	}{
+		"by default only the trainer container gets torchrun's env": {
+			runtime:  runtime(trainer.TorchMLPolicySource{}),
+			trainJob: tj().Obj(),
+			wantEnv:  map[string][]corev1.EnvVar{"node/node": static, "node/monitor": nil, "node/init:wait-for-data": nil, "evaluator/eval": nil, "evaluator/logs": nil},
+		},
+		"the named containers, init containers and another job's containers get the trainer's env": {
+			runtime:  runtime(inject(target("node", "monitor", "wait-for-data"), target("evaluator", "eval"))),
+			trainJob: tj().Obj(),
+			wantEnv:  map[string][]corev1.EnvVar{"node/node": static, "node/monitor": static, "node/init:wait-for-data": static, "evaluator/eval": static, "evaluator/logs": nil},
+		},
+		"a target's own env is kept beside torchrun's": {
+			runtime: runtime(inject(target("evaluator", "eval")), func(_, evaluator *corev1.PodSpec) {
+				evaluator.Containers[0].Env = []corev1.EnvVar{{Name: "MODE", Value: "eval"}}
+			}),
+			trainJob: tj().Obj(),
+			wantEnv:  map[string][]corev1.EnvVar{"evaluator/eval": append([]corev1.EnvVar{{Name: "MODE", Value: "eval"}}, static...)},
+		},
+		"naming the trainer container changes nothing": {
+			runtime:  runtime(inject(target("node", "node"))),
+			trainJob: tj().Obj(),
+			wantEnv:  map[string][]corev1.EnvVar{"node/node": static, "node/monitor": nil},
+		},
+		"an elastic runtime's targets get the rendezvous too": {
+			runtime: runtime(trainer.TorchMLPolicySource{
+				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](3)},
+				EnvInjection:  &trainer.EnvInjection{Targets: []trainer.EnvInjectionTarget{target("evaluator", "eval")}},
+			}),
+			trainJob: tj().Obj(),
+			wantEnv: func() map[string][]corev1.EnvVar {
+				env := []corev1.EnvVar{
+					rankEnv,
+					{Name: EnvNumNodes, Value: "1:3"},
+					{Name: EnvNumProcPerNode, Value: "1"},
+					{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
+					{Name: EnvMasterPort, Value: "29400"},
+					{Name: EnvRdzvBackend, Value: "c10d"},
+					{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
+					{Name: EnvRdzvID, Value: "mnist"},
+				}
+				return map[string][]corev1.EnvVar{"node/node": env, "evaluator/eval": env}
+			}(),
+		},
+		"a target job the runtime lacks is the runtime's error": {
+			runtime:  runtime(inject(target("node", "monitor"), target("launcher", "main"))),
+			trainJob: tj().Obj(),
+			wantErr:  `TrainingRuntime "torch": spec.mlPolicy.torch.envInjection.targets[1].jobName: Invalid value: "launcher": the runtime's template has no replicated job of that name`,
+		},
+		"a target container the job lacks is the runtime's error": {
+			runtime:  runtime(inject(target("evaluator", "eval", "node"))),
+			trainJob: tj().Obj(),
+			wantErr:  `TrainingRuntime "torch": spec.mlPolicy.torch.envInjection.targets[0].containerNames[1]: Invalid value: "node": replicated job "evaluator" has no container or init container of that name`,
+		},
+		"a target init container of the runtime that sets torchrun's env by hand": {
+			runtime: runtime(inject(target("node", "wait-for-data")), func(node, _ *corev1.PodSpec) {
+				node.InitContainers[0].Env = []corev1.EnvVar{{Name: EnvMasterAddr, Value: "elsewhere"}}
+			}),
+			trainJob: tj().Obj(),
+			wantErr:  `TrainingRuntime "torch": spec.template.spec.replicatedJobs[0].template.spec.template.spec.initContainers[0].env[0].name: Forbidden: PET_MASTER_ADDR is set by the torch framework and may not be set by hand`,
+		},
+		"a TrainJob that sets torchrun's env in a target container by hand": {
+			runtime: runtime(inject(target("evaluator", "logs"))),
+			trainJob: tj().PodSpecOverrides(trainer.PodSpecOverride{TargetJobs: []string{"evaluator"}, PodSpecPatch: trainer.PodSpecPatch{
+				Containers: []trainer.ContainerPatch{{Name: "eval", Env: []corev1.EnvVar{{Name: EnvNumNodes, Value: "1"}}}, {Name: "logs", Env: []corev1.EnvVar{{Name: EnvNumNodes, Value: "1"}}}},
+			}}).Obj(),
+			wantErr: "spec.podSpecOverrides[0].containers[1].env[0].name: Forbidden: PET_NNODES is set by the torch framework and may not be set by hand",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tc.runtime}
+			children, err := pipeline.Build(tc.trainJob, rt, New())
+			if tc.wantErr != "" {
+				require.EqualError(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+			got := map[string][]corev1.EnvVar{}
+			for _, job := range js.Spec.ReplicatedJobs {
+				for _, c := range job.Template.Spec.Template.Spec.Containers {
+					got[job.Name+"/"+c.Name] = c.Env
+				}
+				for _, c := range job.Template.Spec.Template.Spec.InitContainers {
+					got[job.Name+"/init:"+c.Name] = c.Env
+				}
+			}
+			for container, want := range tc.wantEnv {
+				if diff := cmp.Diff(want, got[container]); diff != "" {
+					t.Errorf("%s env (-want +got):\n%s", container, diff)
+				}
+			}
+		})
+	}
+}

@@ -14,10 +14,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
+
+// names returns n distinct names: prefix-0, prefix-1, ...
+func names(prefix string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s-%d", prefix, i))
+	}
+	return out
+}
 
 func TestTrainJobDefaults(t *testing.T) {
 	ctx := context.Background()
@@ -290,6 +300,68 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 				KAIScheduler: &trainer.KAISchedulerPodGroupPolicySource{},
 			})),
 			want: []string{"spec.podGroupPolicy.kaiScheduler.queue", "at least 1 chars long"},
+		},
+		{
+			name: "Volcano network topology of an unknown mode",
+			obj: rt(utiltesting.MakeRuntimeSpec().PodGroupPolicy(trainer.PodGroupPolicySource{
+				Volcano: &trainer.VolcanoPodGroupPolicySource{NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: "strict"}},
+			})),
+			want: []string{"spec.podGroupPolicy.volcano.networkTopology.mode", `Unsupported value: "strict"`, `"hard", "soft"`},
+		},
+		{
+			name: "Volcano network topology below the lowest tier",
+			obj: rt(utiltesting.MakeRuntimeSpec().PodGroupPolicy(trainer.PodGroupPolicySource{
+				Volcano: &trainer.VolcanoPodGroupPolicySource{NetworkTopology: &volcanov1beta1.NetworkTopologySpec{HighestTierAllowed: ptr.To(0)}},
+			})),
+			want: []string{"spec.podGroupPolicy.volcano.networkTopology.highestTierAllowed", "highestTierAllowed must be at least 1"},
+		},
+		{
+			name: "torch env injection target without containers",
+			obj: rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+				Targets: []trainer.EnvInjectionTarget{{JobName: "node"}},
+			}})),
+			want: []string{"spec.mlPolicy.torch.envInjection.targets[0].containerNames", "Required value"},
+		},
+		{
+			name: "torch env injection target without a job name",
+			obj: rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+				Targets: []trainer.EnvInjectionTarget{{ContainerNames: []string{"node"}}},
+			}})),
+			want: []string{"spec.mlPolicy.torch.envInjection.targets[0].jobName", "at least 1 chars long"},
+		},
+		{
+			name: "torch env injection naming a job twice",
+			obj: rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+				Targets: []trainer.EnvInjectionTarget{{JobName: "node", ContainerNames: []string{"a"}}, {JobName: "node", ContainerNames: []string{"b"}}},
+			}})),
+			want: []string{"spec.mlPolicy.torch.envInjection.targets[1]", "Duplicate value"},
+		},
+		{
+			name: "torch env injection naming a container twice",
+			obj: rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+				Targets: []trainer.EnvInjectionTarget{{JobName: "node", ContainerNames: []string{"a", "a"}}},
+			}})),
+			want: []string{"spec.mlPolicy.torch.envInjection.targets[0].containerNames[1]", "Duplicate value"},
+		},
+		{
+			name: "torch env injection of more than 16 containers of a job",
+			obj: rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+				Targets: []trainer.EnvInjectionTarget{{JobName: "node", ContainerNames: names("c", 17)}},
+			}})),
+			want: []string{"spec.mlPolicy.torch.envInjection.targets[0].containerNames", "must have at most 16 items"},
+		},
+		{
+			name: "torch env injection into more than 16 jobs",
+			obj: rt(utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+				Targets: func() []trainer.EnvInjectionTarget {
+					var targets []trainer.EnvInjectionTarget
+					for _, job := range names("job", 17) {
+						targets = append(targets, trainer.EnvInjectionTarget{JobName: job, ContainerNames: []string{"node"}})
+					}
+					return targets
+				}(),
+			}})),
+			want: []string{"spec.mlPolicy.torch.envInjection.targets", "must have at most 16 items"},
 		},
 		{
 			name: "cluster runtime with two frameworks",

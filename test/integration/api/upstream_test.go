@@ -83,3 +83,67 @@ spec:
 		t.Errorf("stored spec differs from the written one (-written +stored):\n%s", diff)
 	}
 }
+
+// A runtime as upstream Kubeflow Trainer writes it, with torch's envInjection and Volcano's
+// networkTopology, is stored as written: neither is pruned.
+func TestUpstreamRuntimeIsStoredAsWritten(t *testing.T) {
+	ns := newNamespace(t)
+	written := `
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata:
+  name: upstream
+  namespace: ` + ns + `
+spec:
+  mlPolicy:
+    numNodes: 2
+    torch:
+      numProcPerNode: auto
+      envInjection:
+        targets:
+        - jobName: node
+          containerNames: [profiler, wait-for-master]
+  podGroupPolicy:
+    volcano:
+      networkTopology:
+        mode: soft
+        highestTierAllowed: 2
+  template:
+    metadata:
+      annotations:
+        scheduling.volcano.sh/queue-name: research
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata:
+            labels:
+              trainer.kubeflow.org/trainjob-ancestor-step: trainer
+          spec:
+            template:
+              spec:
+                initContainers:
+                - name: wait-for-master
+                  image: busybox
+                containers:
+                - name: node
+                  image: pytorch
+                - name: profiler
+                  image: busybox
+`
+	obj := &unstructured.Unstructured{}
+	require.NoError(t, yaml.Unmarshal([]byte(written), &obj.Object))
+	want, err := yaml.Marshal(obj.Object["spec"].(map[string]any)["mlPolicy"])
+	require.NoError(t, err)
+	wantPolicy, err := yaml.Marshal(obj.Object["spec"].(map[string]any)["podGroupPolicy"])
+	require.NoError(t, err)
+	require.NoError(t, k8sClient.Create(context.Background(), obj))
+
+	got, err := yaml.Marshal(obj.Object["spec"].(map[string]any)["mlPolicy"])
+	require.NoError(t, err)
+	gotPolicy, err := yaml.Marshal(obj.Object["spec"].(map[string]any)["podGroupPolicy"])
+	require.NoError(t, err)
+	if diff := cmp.Diff(string(want)+string(wantPolicy), string(got)+string(gotPolicy)); diff != "" {
+		t.Errorf("stored mlPolicy and podGroupPolicy differ from the written ones (-written +stored):\n%s", diff)
+	}
+}

@@ -239,3 +239,35 @@ func TestProgressWiringFollowsTheCAFile(t *testing.T) {
 	build("renewed-ca")
 	assert.Contains(t, caOf("renewed-ca"), "renewed")
 }
+
+// TestTorchEnvInjection: the containers a runtime names in mlPolicy.torch.envInjection, in the
+// trainer job and in another job, run with the same torchrun env as the trainer container.
+func TestTorchEnvInjection(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	node.Template.Spec.Template.Spec.Containers = append(node.Template.Spec.Template.Spec.Containers, corev1.Container{Name: "profiler", Image: "busybox"})
+	evaluator := utiltesting.ReplicatedJob("evaluator", "", "eval")
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(node, evaluator).NumNodes(2).Torch(&trainer.TorchMLPolicySource{
+		NumProcPerNode: ptr.To(intstr.FromInt32(1)),
+		EnvInjection: &trainer.EnvInjection{Targets: []trainer.EnvInjectionTarget{
+			{JobName: "node", ContainerNames: []string{"profiler"}},
+			{JobName: "evaluator", ContainerNames: []string{"eval"}},
+		}},
+	}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("injected", ns, spec)))
+	tj := utiltesting.MakeTrainJob("injected", ns).RuntimeRef(trainer.TrainingRuntimeKind, "injected").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	want := map[string]string{
+		"PET_NODE_RANK":      rank,
+		"PET_NNODES":         "2",
+		"PET_NPROC_PER_NODE": "1",
+		"PET_MASTER_ADDR":    "injected-node-0-0.injected",
+		"PET_MASTER_PORT":    "29400",
+	}
+	assert.Subset(t, envOf(container(t, js, "node", "node")), want)
+	assert.Equal(t, want, envOf(container(t, js, "node", "profiler")))
+	assert.Equal(t, want, envOf(container(t, js, "evaluator", "eval")))
+}

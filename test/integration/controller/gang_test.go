@@ -26,13 +26,17 @@ import (
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
-// gangRuntime creates a namespaced torch runtime with a gang policy and 1-CPU nodes.
-func gangRuntime(t *testing.T, ns string, policy trainer.PodGroupPolicySource) {
+// gangRuntime creates a namespaced torch runtime with a gang policy and 1-CPU nodes, changed by
+// edits.
+func gangRuntime(t *testing.T, ns string, policy trainer.PodGroupPolicySource, edits ...func(*trainer.TrainingRuntimeSpec)) {
 	t.Helper()
 	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
 	node.Template.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).NumNodes(2).
 		Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(1))}).PodGroupPolicy(policy).Obj()
+	for _, edit := range edits {
+		edit(&spec)
+	}
 	require.NoError(t, k8sClient.Create(context.Background(), utiltesting.TrainingRuntime("gang", ns, spec)))
 }
 
@@ -96,6 +100,34 @@ func TestVolcanoPodGroup(t *testing.T) {
 	assert.Equal(t, &corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}, pg.Spec.MinResources)
 	assert.True(t, metav1.IsControlledBy(pg, got(t, tj)))
 	assert.Equal(t, "volc", js.Spec.ReplicatedJobs[0].Template.Spec.Template.Annotations[gang.VolcanoAnnotation])
+}
+
+// TestVolcanoPodGroupPlacement: the Volcano PodGroup the API server stores has the runtime's
+// network topology (with the schema's defaults), the priority class of the gang's pods, and the
+// queue the TrainJob chose with Volcano's queue annotation over the runtime's.
+func TestVolcanoPodGroupPlacement(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{
+		Queue:           ptr.To("research"),
+		NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.SoftNetworkTopologyMode},
+	}}, func(spec *trainer.TrainingRuntimeSpec) {
+		spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.PriorityClassName = "training-high"
+	})
+	tj := utiltesting.MakeTrainJob("placed", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	tj.Spec.Annotations = map[string]string{volcanov1beta1.QueueNameAnnotationKey: "urgent"}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	pg := &volcanov1beta1.PodGroup{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+	assert.Equal(t, volcanov1beta1.PodGroupSpec{
+		MinMember:         2,
+		MinResources:      &corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+		Queue:             "urgent",
+		PriorityClassName: "training-high",
+		NetworkTopology:   &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.SoftNetworkTopologyMode, HighestTierAllowed: ptr.To(1)},
+	}, pg.Spec)
 }
 
 func TestKAIQueueLabelsAndNoPodGroup(t *testing.T) {

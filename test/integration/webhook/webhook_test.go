@@ -35,6 +35,13 @@ func withEnv(job jobsetv1alpha2.ReplicatedJob, vars ...string) jobsetv1alpha2.Re
 	return job
 }
 
+// withPriority sets the priority class of a replicated job's pods.
+func withPriority(job jobsetv1alpha2.ReplicatedJob, class string) jobsetv1alpha2.ReplicatedJob {
+	job = *job.DeepCopy()
+	job.Template.Spec.Template.Spec.PriorityClassName = class
+	return job
+}
+
 func override(o trainer.PodSpecOverride) []trainer.PodSpecOverride {
 	return []trainer.PodSpecOverride{o}
 }
@@ -59,6 +66,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 	twoCPUs := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj()
 	twoCPUs.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
 	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("two-cpus", ns, twoCPUs)))
+	// injected gives its sidecar "profiler" torchrun's env too.
+	injected := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	injected.Template.Spec.Template.Spec.Containers = append(injected.Template.Spec.Template.Spec.Containers, corev1.Container{Name: "profiler", Image: "busybox"})
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("injected", ns, utiltesting.MakeRuntimeSpec().ReplicatedJobs(injected).
+		Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{Targets: []trainer.EnvInjectionTarget{{JobName: "node", ContainerNames: []string{"profiler"}}}}}).Obj())))
 
 	// tj is a TrainJob of a shipped ClusterTrainingRuntime.
 	tj := func(runtime string) *trainer.TrainJob {
@@ -104,6 +116,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"torch env set by an override of the trainer container", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", Env: env("PET_MASTER_ADDR", "x")}}}})
 		}), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: PET_MASTER_ADDR is set by the torch framework"}},
+		{"torch env set by an override of a container the runtime injects it into", func() client.Object {
+			return utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "injected").PodSpecOverrides(trainer.PodSpecOverride{
+				PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "profiler", Env: env("PET_NODE_RANK", "0")}}},
+			}).Obj()
+		}(), []string{"spec.podSpecOverrides[0].containers[0].env[0].name: Forbidden: PET_NODE_RANK is set by the torch framework"}},
 		{"the progress endpoint's env set by hand", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("KUBEFLOW_TRAINER_SERVER_TOKEN", "/tmp/mine")}
 		}), []string{"spec.trainer.env[0].name: Forbidden: KUBEFLOW_TRAINER_SERVER_TOKEN is set by the operator (for progress reports) and may not be set by hand"}},
@@ -206,6 +223,16 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs: Required value: MPI runs its processes on the pods of a replicated job named "node"`}},
 		{"a cluster torch runtime that sets torchrun's env", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "PET_MASTER_PORT", "1")).Torch(&trainer.TorchMLPolicySource{})),
 			[]string{"containers[0].env[0].name: Forbidden: PET_MASTER_PORT is set by the torch framework"}},
+		{"a torch runtime that injects torchrun's env into a job it lacks", rt("r15", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+			Targets: []trainer.EnvInjectionTarget{{JobName: "evaluator", ContainerNames: []string{"eval"}}},
+		}})), []string{`TrainingRuntime.trainer.kubeflow.org "r15" is invalid: spec.mlPolicy.torch.envInjection.targets[0].jobName: Invalid value: "evaluator": the runtime's template has no replicated job of that name`}},
+		{"a torch runtime that injects torchrun's env into a container it lacks", rt("r16", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
+			Targets: []trainer.EnvInjectionTarget{{JobName: "node", ContainerNames: []string{"node", "sidecar"}}},
+		}})), []string{`spec.mlPolicy.torch.envInjection.targets[0].containerNames[1]: Invalid value: "sidecar": replicated job "node" has no container or init container of that name`}},
+		{"a Volcano runtime whose gang jobs name two priority classes", rt("r17", utiltesting.MakeRuntimeSpec().ReplicatedJobs(
+			withPriority(utiltesting.ReplicatedJob("launcher", "", "launcher"), "low"), withPriority(node, "high"),
+		).PodGroupPolicy(trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{}})),
+			[]string{`spec.template.spec.replicatedJobs[1].template.spec.template.spec.priorityClassName: Invalid value: "high": replicated job "node" names priority class "high" and replicated job "launcher" names "low"`}},
 
 		// Runtimes the schema refuses, before the webhook.
 		{"a runtime with two frameworks", rt("r13", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).JAX()),
