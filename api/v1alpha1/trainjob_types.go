@@ -618,12 +618,44 @@ type TrainJobStatus struct {
 	// +kubebuilder:validation:MaxLength=24
 	Ready string `json:"ready,omitempty"`
 
+	// RuntimeSnapshot is the runtime the TrainJob is built from: its runtime as it was when the
+	// TrainJob was first built, kept in a ConfigMap the TrainJob owns. An edit or the deletion of
+	// the runtime never changes a TrainJob once built, not even one rebuilt after an edit while
+	// suspended (upstream Kubeflow Trainer's KEP-2599).
+	// +optional
+	RuntimeSnapshot *RuntimeSnapshot `json:"runtimeSnapshot,omitempty"`
+
 	// TrainerStatus is the progress the trainer last reported to the operator's progress
 	// endpoint (upstream Kubeflow Trainer's shape): the URL, CA and a token of the TrainJob's own
 	// are in the trainer container's KUBEFLOW_TRAINER_SERVER_* env vars. Nil until a report
 	// arrives. Reports are written at most once per TrainJob per interval, the latest winning.
 	// +optional
 	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
+}
+
+// RuntimeSnapshot is where a TrainJob's runtime is kept, and what the operator reads of it
+// without reading the copy: its framework and gang policies.
+type RuntimeSnapshot struct {
+	// ConfigMap is the name of the ConfigMap, in the TrainJob's namespace, that holds the runtime
+	// as YAML under the key "runtime": <TrainJob>-runtime-snapshot, as upstream names it.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMap string `json:"configMap"`
+
+	// Digest is "sha256:" and the hex SHA-256 of that YAML. A copy that no longer matches it was
+	// changed by someone other than the operator, and is not built from.
+	// +required
+	// +kubebuilder:validation:MaxLength=71
+	Digest string `json:"digest"`
+
+	// MLPolicy is the runtime's framework policy, which decides the controller that runs the
+	// TrainJob.
+	// +optional
+	MLPolicy *MLPolicy `json:"mlPolicy,omitempty"`
+
+	// PodGroupPolicy is the runtime's gang policy.
+	// +optional
+	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
 }
 
 // TrainerStatus is the progress of a TrainJob's trainer, as it reports it.

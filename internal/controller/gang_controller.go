@@ -39,7 +39,9 @@ const gangController = "gang"
 // the TrainJob's Created condition, with a Warning event, what keeps it from being written
 // (reports).
 type GangReconciler struct {
-	client     client.Client
+	client client.Client
+	// apiReader reads from the API server what the cache does not hold: runtime snapshots.
+	apiReader  client.Reader
 	frameworks []framework.Framework
 	reports    *gangReports
 }
@@ -61,7 +63,7 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		r.reports.clear(req.NamespacedName)
 		return ctrl.Result{}, err
 	}
-	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
+	rt, err := trainingruntime.ForTrainJob(ctx, r.client, tj)
 	if errors.Is(err, trainingruntime.ErrNotFound) {
 		r.reports.clear(req.NamespacedName)
 		return ctrl.Result{}, nil
@@ -115,6 +117,13 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 		return ctrl.Result{}, ignoreNoMatch(err)
 	}
 
+	// Built from the runtime as the TrainJob was first built from it; an unusable snapshot is the
+	// framework controller's to report.
+	if rt, err = rt.Load(ctx, r.apiReader, tj); errors.Is(err, trainingruntime.ErrSnapshotUnusable) {
+		return ctrl.Result{}, nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
 	children, err := pipeline.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
 	if err != nil {
 		return ctrl.Result{}, nil

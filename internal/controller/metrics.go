@@ -169,10 +169,10 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // frameworkName names the framework controller that runs a TrainJob, for a metric's label: the
-// one its runtime selects, or the plain one's when the runtime cannot be read.
+// one its runtime (its snapshot, once it has one) selects, or the plain one's when the runtime cannot be read.
 func frameworkName(ctx context.Context, reader client.Reader, frameworks []framework.Framework, tj *trainer.TrainJob) string {
 	var policy *trainer.MLPolicy
-	if rt, err := trainingruntime.Resolve(ctx, reader, tj); err == nil {
+	if rt, err := trainingruntime.ForTrainJob(ctx, reader, tj); err == nil {
 		policy = rt.Spec.MLPolicy
 	}
 	if f := framework.Select(frameworks, policy); f != nil {

@@ -14,14 +14,15 @@ import (
 )
 
 // ownsTrainJob is a controller's event filter: whether it reconciles a TrainJob. Only TrainJobs
-// this operator manages, and whose runtime ownsRuntime takes; a runtime that cannot be read is
+// this operator manages, and whose runtime ownsRuntime takes: the snapshot the TrainJob was built
+// from, once it has one (its policies, recorded in its status); a runtime that cannot be read is
 // passed as nil.
 func ownsTrainJob(c client.Reader, ownsRuntime func(*trainer.TrainingRuntimeSpec) bool) func(*trainer.TrainJob) bool {
 	return func(tj *trainer.TrainJob) bool {
 		if !tj.ManagedByOperator() {
 			return false
 		}
-		rt, err := trainingruntime.Resolve(context.Background(), c, tj)
+		rt, err := trainingruntime.ForTrainJob(context.Background(), c, tj)
 		if err != nil {
 			return ownsRuntime(nil)
 		}

@@ -209,7 +209,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			return err
 		}
 	}
-	g := &GangReconciler{client: mgr.GetClient(), frameworks: frameworks, reports: reports}
+	g := &GangReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), frameworks: frameworks, reports: reports}
 	owns := ownsTrainJob(g.client, g.ownsRuntime)
 	b := newController(mgr, gangController, owns, g.ownsRuntime, opts)
 	// A new PodGroup is the gang controller's own doing, or a restarted manager's listing, which

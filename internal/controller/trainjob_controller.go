@@ -71,6 +71,7 @@ type TrainJobReconciler struct {
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainingruntimes;clustertrainingruntimes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
 
 // Reconcile brings one TrainJob's children in line with it and writes its status once.
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -183,7 +184,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	// the end of the grace period fails the TrainJob. With one, the runtime was deleted while in
 	// use: runtimes are blueprints, so the TrainJob goes on as it was built, and can still be
 	// suspended and resumed.
-	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
+	rt, err := trainingruntime.ForTrainJob(ctx, r.client, tj)
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound) && js != nil:
 		rt = nil
@@ -239,6 +240,19 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
 			return ctrl.Result{}, nil
+		}
+		// The TrainJob is built from its runtime as it was when it was first built: a copy is kept
+		// before anything is built, and the status says so first.
+		if !rt.Snapshotted() {
+			if result, err := r.takeSnapshot(ctx, tj, rt, before); err != nil || !result.IsZero() || tj.Status.RuntimeSnapshot == nil {
+				return result, err
+			}
+		} else if rt, err = rt.Load(ctx, r.apiReader, tj); errors.Is(err, trainingruntime.ErrSnapshotUnusable) {
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
+				err.Error()+": the TrainJob cannot be built again as it was; create it anew to build it from the runtime as it is now")
+			return ctrl.Result{}, nil
+		} else if err != nil {
+			return ctrl.Result{}, err
 		}
 		// Progress reporting is optional: a TrainJob whose trainer cannot be wired to the
 		// endpoint (its CA cannot be read) is built without it, and told so once it is written.
@@ -459,6 +473,32 @@ func (r *TrainJobReconciler) recreate(ctx context.Context, tj *trainer.TrainJob,
 	ctrl.LoggerFrom(ctx).Info("Deleting the suspended JobSet to create it again with the TrainJob's changes",
 		"jobSet", klog.KObj(js), "refusal", refusal.Error())
 	return ctrl.Result{}, nil
+}
+
+// takeSnapshot keeps a copy of the runtime for the TrainJob, in a ConfigMap it owns, and records
+// it in the status, written at once: from then on the TrainJob is built from the copy. A
+// ConfigMap of the name that is the TrainJob's own (made by a reconcile whose status write was
+// lost, before anything was built from it) gets the runtime as it is now; anyone else's is never
+// touched.
+func (r *TrainJobReconciler) takeSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, before *trainer.TrainJobStatus) (ctrl.Result, error) {
+	cm, snapshot, err := trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
+	if err != nil {
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
+		return ctrl.Result{}, nil
+	}
+	switch err := createChild(ctx, r.client, tj, cm, client.FieldOwner(fieldManager(r.framework))); {
+	case isNotOurs(err):
+		setNotOurs(tj, err)
+		return ctrl.Result{RequeueAfter: notOursRetry}, nil
+	case permanent(err):
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+			fmt.Sprintf("Keeping a copy of %s in ConfigMap %q: %v", rt, cm.Name, err))
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("keeping a copy of %s for %s: %w", rt, klog.KObj(tj), err)
+	}
+	tj.Status.RuntimeSnapshot = snapshot
+	return r.commit(ctx, tj, before)
 }
 
 // commit writes the TrainJob's status as it is now, ahead of a step that must not happen before

@@ -23,6 +23,8 @@ type Runtime struct {
 	Kind string
 	Name string
 	Spec *trainer.TrainingRuntimeSpec
+	// snapshot is the TrainJob's record of the runtime's snapshot when Spec comes from it.
+	snapshot *trainer.RuntimeSnapshot
 }
 
 // String names the runtime as a user would, for messages: `ClusterTrainingRuntime "torch"`.

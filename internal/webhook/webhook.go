@@ -151,6 +151,9 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 		return nil, invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("spec"),
 			"only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs: suspend it first"))
 	}
+	// Checked against the runtime it is built from: its snapshot, once it has one.
+	tj = tj.DeepCopy()
+	tj.Status = old.Status
 	return w.validate(ctx, tj)
 }
 
@@ -164,11 +167,16 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 		return nil, nil // Another controller runs it, against a runtime there.
 	}
 	warnings := kueueWarnings(tj)
-	rt, err := trainingruntime.Resolve(ctx, w.client, tj)
-	if errors.Is(err, trainingruntime.ErrNotFound) {
-		return append(warnings, fmt.Sprintf("spec.runtimeRef: %v: the TrainJob fails unless it is created within seconds", err)), nil
+	rt, err := trainingruntime.ForTrainJob(ctx, w.client, tj)
+	if err == nil {
+		rt, err = rt.Load(ctx, w.client, tj)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, trainingruntime.ErrNotFound):
+		return append(warnings, fmt.Sprintf("spec.runtimeRef: %v: the TrainJob fails unless it is created within seconds", err)), nil
+	case errors.Is(err, trainingruntime.ErrSnapshotUnusable):
+		return append(warnings, fmt.Sprintf("status.runtimeSnapshot: %v: the TrainJob cannot be built again", err)), nil
+	case err != nil:
 		return nil, apierrors.NewInternalError(err)
 	}
 	if _, err := pipeline.Build(tj, rt, framework.Select(w.frameworks, rt.Spec.MLPolicy)); err != nil {

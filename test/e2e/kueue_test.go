@@ -270,7 +270,10 @@ func TestKueueDropsFieldsUpstreamLacks(t *testing.T) {
 	assert.Empty(t, got.Spec.PodSpecOverrides, "Kueue kept spec.podSpecOverrides: the warning is out of date")
 	assert.Empty(t, got.Spec.Labels, "Kueue kept spec.labels: the warning is out of date")
 	require.Len(t, got.Spec.RuntimePatches, 2)
-	assert.Equal(t, mine, got.Spec.RuntimePatches[0])
+	kept := got.Spec.RuntimePatches[0]
+	assert.NotNil(t, kept.Time, "the webhook stamps each patch's time")
+	kept.Time = nil
+	assert.Equal(t, mine, kept)
 	js := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
 	assert.Equal(t, "a", js.Labels["team"], "the user's runtime patch reached the JobSet")

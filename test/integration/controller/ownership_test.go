@@ -91,6 +91,13 @@ func TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched(t *testing.T)
 			},
 			kind: "ConfigMap",
 		},
+		"a user's ConfigMap of the runtime snapshot's name (a planted runtime)": {
+			trainJob: func(ns string) *trainer.TrainJob { return mpiTrainJob("pi", ns) },
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pi-runtime-snapshot", Namespace: ns}, Data: map[string]string{"runtime": "privileged: true"}}
+			},
+			kind: "ConfigMap",
+		},
 		"a user's PodGroup of the gang's name": {
 			trainJob: gangTrainJob,
 			object: func(ns string, _ *metav1.OwnerReference) client.Object {

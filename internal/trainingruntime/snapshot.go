@@ -1,0 +1,117 @@
+package trainingruntime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+// A TrainJob is built from its runtime as it was when the TrainJob was first built: the runtime's
+// copy, its snapshot, is kept in a ConfigMap the TrainJob owns, named and keyed as upstream
+// Kubeflow Trainer keeps its own (KEP-2599). The TrainJob's status records the copy's digest, and
+// the runtime's framework and gang policies, which the controllers read on every event without
+// reading the copy: the copy is read only to build.
+
+// SnapshotKey is the key of the snapshot ConfigMap's data that holds the runtime, as YAML.
+const SnapshotKey = "runtime"
+
+// ErrSnapshotUnusable is returned, wrapped with the reason, when a TrainJob's snapshot is gone or
+// was changed by someone else: the TrainJob can no longer be built as it was.
+var ErrSnapshotUnusable = errors.New("the runtime snapshot cannot be used")
+
+// SnapshotName is the name of a TrainJob's snapshot ConfigMap.
+func SnapshotName(trainJob string) string { return trainJob + "-runtime-snapshot" }
+
+// snapshotObject is what a snapshot holds of a runtime: its kind, name and spec, not its status
+// or the rest of its metadata.
+type snapshotObject struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec trainer.TrainingRuntimeSpec `json:"spec"`
+}
+
+// Snapshot is a runtime's snapshot for a TrainJob: the ConfigMap to create, and its record for
+// the TrainJob's status.
+func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner metav1.OwnerReference) (*corev1.ConfigMap, *trainer.RuntimeSnapshot, error) {
+	obj := snapshotObject{TypeMeta: metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: rt.Kind}, Spec: *rt.Spec}
+	obj.Metadata.Name = rt.Name
+	data, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, nil, fmt.Errorf("writing the snapshot of %s: %w", rt, err)
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: SnapshotName(tj.Name), Namespace: tj.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Data: map[string]string{SnapshotKey: string(data)},
+	}
+	return cm, &trainer.RuntimeSnapshot{
+		ConfigMap:      cm.Name,
+		Digest:         digest(data),
+		MLPolicy:       rt.Spec.MLPolicy.DeepCopy(),
+		PodGroupPolicy: rt.Spec.PodGroupPolicy.DeepCopy(),
+	}, nil
+}
+
+func digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ForTrainJob is the runtime a TrainJob runs with: the summary of its snapshot (its framework and
+// gang policies, no template: Load reads the whole of it) once it has one, else its runtime as it
+// is now.
+func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
+	snap := tj.Status.RuntimeSnapshot
+	if snap == nil {
+		return Resolve(ctx, c, tj)
+	}
+	kind, name := Ref(tj)
+	return &Runtime{Kind: kind, Name: name, snapshot: snap,
+		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy}}, nil
+}
+
+// Snapshotted reports whether the runtime is a TrainJob's snapshot.
+func (r *Runtime) Snapshotted() bool { return r.snapshot != nil }
+
+// Load returns the whole runtime, to build from: a snapshot's summary is read in full from its
+// ConfigMap (through c, past any cache), which must match its digest and the TrainJob's
+// runtimeRef.
+func (r *Runtime) Load(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
+	if r.snapshot == nil {
+		return r, nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: r.snapshot.ConfigMap}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%w: ConfigMap %q, which holds %s as the TrainJob was first built from it, was deleted", ErrSnapshotUnusable, r.snapshot.ConfigMap, r)
+	case err != nil:
+		return nil, fmt.Errorf("reading the runtime snapshot %q: %w", r.snapshot.ConfigMap, err)
+	}
+	data := cm.Data[SnapshotKey]
+	if !metav1.IsControlledBy(cm, tj) || digest([]byte(data)) != r.snapshot.Digest {
+		return nil, fmt.Errorf("%w: ConfigMap %q, which holds %s as the TrainJob was first built from it, was changed or replaced by someone else", ErrSnapshotUnusable, r.snapshot.ConfigMap, r)
+	}
+	var obj snapshotObject
+	if err := yaml.UnmarshalStrict([]byte(data), &obj); err != nil {
+		return nil, fmt.Errorf("%w: ConfigMap %q: %v", ErrSnapshotUnusable, r.snapshot.ConfigMap, err)
+	}
+	if obj.Kind != r.Kind || obj.Metadata.Name != r.Name {
+		return nil, fmt.Errorf("%w: ConfigMap %q holds %s %q, not %s", ErrSnapshotUnusable, r.snapshot.ConfigMap, obj.Kind, obj.Metadata.Name, r)
+	}
+	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: &obj.Spec, snapshot: r.snapshot}, nil
+}
