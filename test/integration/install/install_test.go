@@ -105,8 +105,9 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 		{namespace, "update", "secrets", true},
 		{namespace, "delete", "secrets", false},
 		{"team-a", "create", "configmaps", true},
-		{"team-a", "get", "configmaps", false}, // Hostfiles are written, never read.
-		{"team-a", "list", "configmaps", false},
+		{"team-a", "get", "configmaps", true},    // A runtime snapshot is read by name, to build from,
+		{"team-a", "list", "configmaps", false},  // but ConfigMaps are never listed
+		{"team-a", "watch", "configmaps", false}, // nor watched.
 		{"team-a", "patch", "jobsets", true},
 		{"team-a", "delete", "jobsets", true}, // A suspended JobSet that cannot take its TrainJob's changes is made anew.
 		{"team-a", "list", "pods", false},
