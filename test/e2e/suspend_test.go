@@ -98,3 +98,37 @@ func TestSuspendRunningTrainJob(t *testing.T) {
 		"the resumed TrainJob's pods come back")
 	waitForComplete(t, tj)
 }
+
+// TestARuntimeEditNeverReachesAQueuedTrainJob does as a user and Kueue would: a TrainJob waits
+// suspended, its runtime's image is edited, a runtime patch is added to it (Kueue's placement),
+// and it is resumed: its pods run the image of the runtime as it was when the TrainJob was built,
+// with the patch, and it completes.
+func TestARuntimeEditNeverReachesAQueuedTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	rt := createRuntime(t, ns, "plain", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("100m")).Obj())
+	tj := createTrainJob(t, ns, "queued", "plain", func(w *utiltesting.TrainJobWrapper) { w.Suspend(true) })
+	waitForTrainJob(t, tj, stateIs(trainer.TrainJobSuspended))
+	built := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), built))
+	image := built.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image
+
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(rt), rt))
+	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image = "registry.invalid/edited:1"
+	require.NoError(t, k8sClient.Update(ctx, rt))
+	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) {
+		tj.Spec.RuntimePatches = []trainer.RuntimePatch{utiltesting.JobPatch("kueue.x-k8s.io/manager",
+			utiltesting.PodPatch("node", nil, &trainer.PodSpecPatch{NodeSelector: map[string]string{testenv.NodeLabel: "kwok"}}))}
+	}))
+	require.NoError(t, update(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) }))
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ps := pods(c, tj)
+		require.NotEmpty(c, ps)
+		for _, p := range ps {
+			assert.Equal(c, image, p.Spec.Containers[0].Image, "the runtime's edit reached the queued TrainJob")
+			assert.Equal(c, "kwok", p.Spec.NodeSelector[testenv.NodeLabel], "Kueue's patch")
+		}
+	}, timeout, interval)
+	waitForComplete(t, tj)
+}
