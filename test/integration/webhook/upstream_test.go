@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -75,18 +77,23 @@ func TestRuntimePatchTimesAreStampedWhenAPatchChanges(t *testing.T) {
 }
 
 // What upstream Kubeflow Trainer and its SDK write is accepted and reaches the JobSet: an empty
-// storageUri (the runtime's STORAGE_URI stays), a runtime patch's terminationGracePeriodSeconds.
+// storageUri (the runtime's STORAGE_URI stays), a runtime patch's terminationGracePeriodSeconds,
+// a GPU-only resourcesPerNode merged into the runtime's resources.
 // Upstream's cap of 128 command items holds here too.
 func TestUpstreamFieldsReachTheJobSet(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	dataset := utiltesting.ReplicatedJob("dataset-initializer", trainer.AncestorDatasetInitializer, "dataset-initializer")
 	dataset.Template.Spec.Template.Spec.Containers[0].Env = env("STORAGE_URI", "hf://runtime/default")
-	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(dataset, utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).Torch(&trainer.TorchMLPolicySource{}).Obj()
+	node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+	node.Template.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(dataset, node).Torch(&trainer.TorchMLPolicySource{}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("with-dataset", ns, spec)))
 
 	tj := utiltesting.MakeTrainJob("upstream", ns).RuntimeRef(trainer.TrainingRuntimeKind, "with-dataset").
 		Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("")}}).
+		Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}).
 		RuntimePatches(utiltesting.JobPatch("sdk", utiltesting.PodPatch("node", nil, &trainer.PodSpecPatch{TerminationGracePeriodSeconds: ptr.To[int64](300)}))).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 
@@ -98,6 +105,10 @@ func TestUpstreamFieldsReachTheJobSet(t *testing.T) {
 			init, node := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec, js.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec
 			assert.Equal(c, env("STORAGE_URI", "hf://runtime/default"), init.Containers[0].Env, "an empty storageUri leaves the runtime's")
 			assert.Equal(c, ptr.To[int64](300), node.TerminationGracePeriodSeconds)
+			assert.Equal(c, corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+				Limits:   corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
+			}, node.Containers[0].Resources, "a GPU-only resourcesPerNode keeps the runtime's CPU and memory")
 		})
 
 	long := utiltesting.MakeTrainJob("long", ns).Trainer(&trainer.Trainer{Command: make([]string, 129)}).Obj()
