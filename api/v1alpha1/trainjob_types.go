@@ -258,10 +258,11 @@ type Initializer struct {
 type DatasetInitializer struct {
 	// StorageUri is where the dataset is, as scheme://path: for example
 	// "hf://tatsu-lab/alpaca" or "s3://bucket/path". It is passed to the initializer as STORAGE_URI.
-	// Empty, as upstream Kubeflow Trainer's SDK may write it, means the runtime's STORAGE_URI.
+	// An absolute path is passed on as it is. Empty, as upstream Kubeflow Trainer's SDK may write
+	// it, means the runtime's STORAGE_URI.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must be empty or have the form scheme://path, for example hf://org/dataset or s3://bucket/path"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^([a-zA-Z][a-zA-Z0-9+.-]*://.+|/.*)$')",message="storageUri must be empty, an absolute path, or have the form scheme://path, for example hf://org/dataset or s3://bucket/path"
 	StorageUri *string `json:"storageUri,omitempty"`
 
 	// Env is merged by name into the dataset initializer container's environment; these values win
@@ -281,10 +282,11 @@ type DatasetInitializer struct {
 type ModelInitializer struct {
 	// StorageUri is where the model is, as scheme://path: for example
 	// "hf://meta-llama/Llama-3.2-1B". It is passed to the initializer as STORAGE_URI.
-	// Empty, as upstream Kubeflow Trainer's SDK may write it, means the runtime's STORAGE_URI.
+	// An absolute path is passed on as it is. Empty, as upstream Kubeflow Trainer's SDK may write
+	// it, means the runtime's STORAGE_URI.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://.+$')",message="storageUri must be empty or have the form scheme://path, for example hf://org/model or s3://bucket/path"
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^([a-zA-Z][a-zA-Z0-9+.-]*://.+|/.*)$')",message="storageUri must be empty, an absolute path, or have the form scheme://path, for example hf://org/model or s3://bucket/path"
 	StorageUri *string `json:"storageUri,omitempty"`
 
 	// Env is merged by name into the model initializer container's environment; these values win
@@ -382,7 +384,8 @@ type PodSpecPatch struct {
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
-	// Tolerations are added to the Pods' tolerations.
+	// Tolerations are added to the Pods' tolerations by spec.podSpecOverrides; a runtime patch's
+	// replace them, as upstream Kubeflow Trainer's do.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
@@ -471,8 +474,9 @@ type RuntimePatch struct {
 	Manager string `json:"manager"`
 
 	// Time is when the manager last changed the patch, for people reading it. The operator's
-	// webhook sets it, when the patch is new or changed and the request has none; a patch that
-	// did not change keeps its time. The operator does not use it otherwise.
+	// webhook sets it: a new patch gets the request's time unless it brings one, a changed patch
+	// gets the request's time, a patch that did not change keeps its time. The operator does not
+	// use it otherwise.
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
 

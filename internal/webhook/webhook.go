@@ -85,9 +85,10 @@ func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 // +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
 
 // patchTimes stamps each of spec.runtimePatches with the time it was written, as upstream
-// Kubeflow Trainer's webhook does: on create, every patch without a time; on update, a patch that
-// is new or changed (its time aside) and has no time. A patch that did not change keeps the time
-// it had, whatever the update says, so that the time tells when its manager last changed it.
+// Kubeflow Trainer's webhook does: a new patch (on create, or a manager's first on update) gets
+// the request's time unless it brings its own; a patch that changed (its time aside) gets the
+// request's time, whatever the update sends; a patch that did not change keeps the time it had.
+// So the time tells when its manager last changed it.
 type patchTimes struct{}
 
 // Default stamps the times. The API server may call it twice for one request: it gives the same
@@ -106,11 +107,11 @@ func (patchTimes) Default(ctx context.Context, tj *trainer.TrainJob) error {
 	now := metav1.Now()
 	for i := range tj.Spec.RuntimePatches {
 		p := &tj.Spec.RuntimePatches[i]
-		if was, ok := old[p.Manager]; ok && apiequality.Semantic.DeepEqual(withoutTime(was), withoutTime(*p)) {
+		was, existed := old[p.Manager]
+		switch {
+		case existed && apiequality.Semantic.DeepEqual(withoutTime(was), withoutTime(*p)):
 			p.Time = was.Time
-			continue
-		}
-		if p.Time == nil {
+		case existed, p.Time == nil:
 			p.Time = &now
 		}
 	}

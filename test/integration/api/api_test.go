@@ -206,14 +206,14 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			obj: tj("bad-dataset").Initializer(&trainer.Initializer{
 				Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("bucket/dataset")},
 			}).Obj(),
-			want: []string{"spec.initializer.dataset.storageUri", "storageUri must be empty or have the form scheme://path"},
+			want: []string{"spec.initializer.dataset.storageUri", "storageUri must be empty, an absolute path, or have the form scheme://path"},
 		},
 		{
 			name: "model storageUri without a path",
 			obj: tj("bad-model").Initializer(&trainer.Initializer{
 				Model: &trainer.ModelInitializer{StorageUri: ptr.To("hf://")},
 			}).Obj(),
-			want: []string{"spec.initializer.model.storageUri", "storageUri must be empty or have the form scheme://path"},
+			want: []string{"spec.initializer.model.storageUri", "storageUri must be empty, an absolute path, or have the form scheme://path"},
 		},
 		{
 			name: "container override without a name",

@@ -111,7 +111,8 @@ func TestUpdates(t *testing.T) {
 }
 
 // Suspending is never refused for what the TrainJob's runtime became: Kueue must be able to
-// preempt a TrainJob whose override names a container its runtime has since lost.
+// preempt a TrainJob whose override names a container its runtime has since lost. Its later edits
+// are checked against its runtime snapshot.
 func TestSuspendingIsNeverRefusedForTheBuild(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -122,6 +123,8 @@ func TestSuspendingIsNeverRefusedForTheBuild(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("uses-proxy", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).
 		PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "proxy", Env: env("MODE", "fast")}}}}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
+	utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval}, client.ObjectKeyFromObject(tj), &trainer.TrainJob{},
+		func(c *assert.CollectT, tj *trainer.TrainJob) { assert.NotNil(c, tj.Status.RuntimeSnapshot, "built") })
 
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(rt), rt))
 	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers = rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[:1]
@@ -140,6 +143,12 @@ func TestSuspendingIsNeverRefusedForTheBuild(t *testing.T) {
 	}
 	assert.NoError(t, update(func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }), "suspending was refused")
 	assert.NoError(t, update(func(tj *trainer.TrainJob) { tj.Labels = map[string]string{"preempted": "yes"} }), "a metadata change was refused")
-	err := update(func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)} })
-	assert.ErrorContains(t, err, `spec.podSpecOverrides[0].containers[0].name: Invalid value: "proxy"`, "a change that needs a new build is still checked")
+	// A change that needs a new build is checked against the runtime as the TrainJob was first
+	// built from it (its snapshot), which still has the proxy.
+	assert.NoError(t, update(func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)} }),
+		"checked against the runtime as it is now, not as the TrainJob was built from it")
+	err := update(func(tj *trainer.TrainJob) {
+		tj.Spec.PodSpecOverrides = append(tj.Spec.PodSpecOverrides, trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "other"}}}})
+	})
+	assert.ErrorContains(t, err, `spec.podSpecOverrides[1].containers[0].name: Invalid value: "other"`, "a change that needs a new build is still checked")
 }

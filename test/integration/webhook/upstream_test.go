@@ -49,7 +49,7 @@ func TestRuntimePatchTimesAreStampedWhenAPatchChanges(t *testing.T) {
 	assert.False(t, created["team-a"].Before(before.Truncate(time.Second)), "a patch without a time is stamped on create: %v", created)
 
 	// An update that changes team-a's patch and sends made-up times for both: Kueue's unchanged
-	// patch keeps its time; team-a's changed one keeps the time it was sent.
+	// patch keeps its time; team-a's changed one gets the update's, as upstream's webhook stamps it.
 	update := func(change func(*trainer.TrainJob)) map[string]time.Time {
 		got := &trainer.TrainJob{}
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error { // The operator writes its status.
@@ -66,14 +66,18 @@ func TestRuntimePatchTimesAreStampedWhenAPatchChanges(t *testing.T) {
 		tj.Spec.RuntimePatches[1].Time = &later
 	})
 	assert.True(t, got["kueue.x-k8s.io/manager"].Equal(written.Time), "an unchanged patch keeps its time: %v", got)
-	assert.True(t, got["team-a"].Equal(later.Time), "a changed patch keeps the time it was sent: %v", got)
+	assert.False(t, got["team-a"].Equal(later.Time), "a changed patch kept the time it was sent: %v", got)
+	assert.False(t, got["team-a"].Before(before.Truncate(time.Second)), "a changed patch is stamped: %v", got)
 
-	// A patch changed without a time gets the time of the change; the other keeps its own.
+	// A new manager's patch keeps a time it brings, or gets the update's.
 	got = update(func(tj *trainer.TrainJob) {
-		tj.Spec.RuntimePatches[1] = selector("team-a", "c")
+		brought := selector("team-b", "b")
+		brought.Time = &later
+		tj.Spec.RuntimePatches = append(tj.Spec.RuntimePatches, brought, selector("team-c", "c"))
 	})
 	assert.True(t, got["kueue.x-k8s.io/manager"].Equal(written.Time), "an unchanged patch keeps its time: %v", got)
-	assert.True(t, got["team-a"].After(later.Time), "a patch changed without a time is stamped: %v", got)
+	assert.True(t, got["team-b"].Equal(later.Time), "a new patch keeps the time it brings: %v", got)
+	assert.False(t, got["team-c"].Before(before.Truncate(time.Second)), "a new patch without a time is stamped: %v", got)
 }
 
 // What upstream Kubeflow Trainer and its SDK write is accepted and reaches the JobSet: an empty

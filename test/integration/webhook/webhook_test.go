@@ -187,7 +187,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{"spec.trainer.numNodes", "greater than or equal to 1"}},
 		{"a storageUri without a scheme", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("datasets/mnist")}}
-		}), []string{"spec.initializer.dataset.storageUri", "storageUri must be empty or have the form scheme://path"}},
+		}), []string{"spec.initializer.dataset.storageUri", "storageUri must be empty, an absolute path, or have the form scheme://path"}},
 		{"an unknown runtime kind", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.RuntimeRef.Kind = ptr.To("Runtime") }),
 			[]string{"spec.runtimeRef.kind", `Unsupported value: "Runtime"`}},
 		{"an unknown manager", tjWith("torch-distributed", func(o *trainer.TrainJob) { o.Spec.ManagedBy = ptr.To("me") }),
