@@ -11,6 +11,9 @@ IMG ?= trainjob-operator:latest
 JOBSET_MODULE ?= sigs.k8s.io/jobset
 SCHEDULER_PLUGINS_MODULE ?= sigs.k8s.io/scheduler-plugins
 
+# The Helm chart, beside the kustomize install (config/default).
+CHART ?= charts/trainjob-operator
+
 GO ?= go
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -32,6 +35,18 @@ manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations 
 		paths="./..." output:crd:artifacts:config=config/crd/bases
 	@# volcano.sh/apis ships no CRDs: generate Volcano's PodGroup CRD for the tests and make run.
 	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir=test/testenv/crds
+	$(MAKE) chart-files
+
+.PHONY: chart-files
+chart-files: ## Copy into the Helm chart what config/ generates or ships: CRDs, the manager's RBAC, webhook configurations, runtimes.
+	@# One source of truth: the chart's templates read these copies, never a hand-edited duplicate.
+	@# crds/ and files/ hold only copies; make verify and test/helm fail when they are stale.
+	rm -rf $(CHART)/crds $(CHART)/files
+	mkdir -p $(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook $(CHART)/files/runtimes
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/rbac/
+	cp config/webhook/manifests.yaml $(CHART)/files/webhook/
+	cp $(filter-out %/kustomization.yaml,$(wildcard config/runtimes/*.yaml)) $(CHART)/files/runtimes/
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
@@ -48,7 +63,7 @@ vet: ## Run go vet.
 .PHONY: verify
 verify: manifests generate fmt ## Fail when generated or formatted files differ from what is committed.
 	@git diff --exit-code --stat -- . || { echo "Generated or formatted files are stale: run 'make manifests generate fmt' and commit the result."; exit 1; }
-	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd)" || { git status --porcelain -- api config internal cmd; echo "Untracked generated files: commit them."; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd $(CHART))" || { git status --porcelain --untracked-files=all -- api config internal cmd $(CHART); echo "Untracked generated files: commit them."; exit 1; }
 
 .PHONY: test
 test: test-integration test-e2e ## Run all the tests: unit, integration (envtest) and end-to-end (local cluster), then each fuzz target briefly.
@@ -58,11 +73,11 @@ test: test-integration test-e2e ## Run all the tests: unit, integration (envtest
 TEST_FUZZTIME ?= 5000x
 
 .PHONY: test-integration
-test-integration: manifests generate fmt vet envtest-assets kube-controller-manager ## Run the unit and integration (envtest) tests.
+test-integration: manifests generate fmt vet envtest-assets kube-controller-manager helm ## Run the unit and integration (envtest) tests.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1
 
 .PHONY: test-e2e
-test-e2e: localcluster-assets realnode-assets ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.
+test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: test-torchrun

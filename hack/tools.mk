@@ -24,6 +24,10 @@ KWOK_VERSION ?= v0.8.0
 JOBSET_VERSION ?= v0.12.0
 SCHEDULER_PLUGINS_VERSION ?= v0.34.7
 KUEUE_VERSION ?= v0.17.0
+HELM_VERSION ?= v3.22.0
+## The Kubernetes version helm assumes when it renders without a cluster (`helm template`,
+## .Capabilities.KubeVersion): its client-go's, v0.37 for helm v3.22, as its own release build stamps.
+HELM_KUBE_VERSION ?= v1.37
 
 ## Locations.
 GO ?= go
@@ -31,6 +35,7 @@ TOOLS_MOD_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))/tools
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
+HELM ?= $(LOCALBIN)/helm
 ETCD ?= $(LOCALBIN)/etcd
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
 KUBECTL ?= $(LOCALBIN)/kubectl
@@ -52,10 +57,11 @@ $(LOCALBIN):
 
 ##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
 
-.PHONY: controller-gen kustomize etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
+.PHONY: controller-gen kustomize helm etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
 .PHONY: jobset-controller scheduler-plugins kwok kueue
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
 kustomize: $(KUSTOMIZE) ## Build kustomize.
+helm: $(HELM) ## Build helm (the chart's checks and e2e install).
 etcd: $(ETCD) ## Build etcd.
 kube-apiserver: $(KUBE_APISERVER) ## Build kube-apiserver.
 kubectl: $(KUBECTL) ## Build kubectl.
@@ -75,7 +81,7 @@ realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(COREDNS) images 
 realnode-deps: ## Install containerd, runc and the CNI plugins from Debian's packages when missing (needs root).
 	hack/realnode-deps.sh
 
-## controller-gen and kustomize: plain `go install pkg@version` (their go.mod
+## controller-gen, kustomize and helm: plain `go install pkg@version` (their go.mod
 ## has no local replaces). Installed as <tool>-<version> plus a symlink
 ## <tool> -> <tool>-<version>; other versions are deleted first, so a version
 ## change in either direction (bump or branch switch) reinstalls.
@@ -95,6 +101,18 @@ $(KUSTOMIZE): $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 	ln -sf $(notdir $<) $@
 $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION): | $(LOCALBIN)
 	$(call go-install-tool,$@,kustomize,sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION))
+
+## helm's go.mod has no replace directives either. Stamped as its release build is: its own
+## version (else `helm version` says v3.22) and its client-go's Kubernetes version (else
+## `helm template` assumes Kubernetes 1.20).
+HELM_KUBE_SEMVER := $(subst ., ,$(patsubst v%,%,$(HELM_KUBE_VERSION)))
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules,\
+	-X $(p).k8sVersionMajor=$(word 1,$(HELM_KUBE_SEMVER)) -X $(p).k8sVersionMinor=$(word 2,$(HELM_KUBE_SEMVER)))
+$(HELM): $(LOCALBIN)/helm-$(HELM_VERSION)
+	ln -sf $(notdir $<) $@
+$(LOCALBIN)/helm-$(HELM_VERSION): | $(LOCALBIN)
+	$(call go-install-tool,$@,helm,-ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
 
 ## Build-only modules. `go install` cannot build etcd or k8s.io/kubernetes:
 ## their go.mod files use replace directives pointing at local folders.

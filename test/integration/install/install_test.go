@@ -222,8 +222,12 @@ func TestCertManagerVariant(t *testing.T) {
 			assert.Equal(t, "trainjob-system/trainjob-serving-cert", obj.GetAnnotations()["cert-manager.io/inject-ca-from"])
 			found[obj.GetKind()] = true
 		case "Deployment":
-			args, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
-			assert.Contains(t, fmt.Sprint(args), "--webhook-cert-path=/tmp/k8s-webhook-server/serving-certs")
+			deployment := &appsv1.Deployment{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, deployment))
+			pod := deployment.Spec.Template.Spec
+			assert.Contains(t, pod.Containers[0].Args, "--webhook-cert-path=/tmp/k8s-webhook-server/serving-certs")
+			// The pod mounts the Secret cert-manager writes, or never starts.
+			assert.Equal(t, "trainjob-webhook-server-cert", pod.Volumes[0].Secret.SecretName)
 			found["Deployment"] = true
 		}
 	}
