@@ -40,7 +40,8 @@ var TuneModels = []string{"llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5
 // multiNodeModel is the one model with a multi-node config (<model>_full_multinode).
 const multiNodeModel = "llama3_3/70B"
 
-// The config keys that torchtune reads the override of a TrainJob's args from.
+// Config keys of a TrainJob's args that choose the recipe: LoRA's attention modules, QLoRA's
+// quantized base model, and DoRA, which makes a quantized base model not QLoRA.
 const (
 	keyLoRAModules  = "model.lora_attn_modules"
 	keyQuantizeBase = "model.quantize_base"
