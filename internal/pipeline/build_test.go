@@ -382,6 +382,18 @@ func TestJobSet(t *testing.T) {
 				return utiltesting.MakeJobSet(tj, rt).NumNodes("node", 16).Obj()
 			},
 		},
+		"a TrainJob whose volume claims JobSet would name longer than 63 characters is refused, with the length the name may have": {
+			runtime: func() trainer.TrainingRuntimeSpec {
+				rt := utiltesting.MakeRuntimeSpec().Obj()
+				claim := corev1.PersistentVolumeClaim{}
+				claim.Name = "checkpoints-of-every-node-of-the-run"
+				rt.Template.Spec.VolumeClaimPolicies = []jobsetv1alpha2.VolumeClaimPolicy{{Templates: []corev1.PersistentVolumeClaim{claim}}}
+				return rt
+			}(),
+			trainJob: utiltesting.MakeTrainJob(strings.Repeat("a", 27), "ns").Obj(),
+			wantErr: `metadata.name: Invalid value: "` + strings.Repeat("a", 27) + `": the runtime's volume "checkpoints-of-every-node-of-the-run" would be a PersistentVolumeClaim named "checkpoints-of-every-node-of-the-run-` +
+				strings.Repeat("a", 27) + `", of 64 characters, and JobSet allows 63: with this runtime, the name can have at most 26 characters`,
+		},
 		"JobSet's defaults do not override the runtime's settings": {
 			runtime: func() trainer.TrainingRuntimeSpec {
 				rt := utiltesting.MakeRuntimeSpec().Obj()

@@ -20,6 +20,9 @@ import (
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
+// shippedTorchtune are the shipped torchtune runtimes, one folder per model as upstream has them.
+const shippedTorchtune = "../../config/runtimes/torchtune/*/*.yaml"
+
 // FuzzBuild builds arbitrary TrainJob and runtime pairs, given as JSON, with the framework the
 // runtime's policy selects, as the controllers do: what cannot be built is an error, never a
 // panic; the runtime is left as it was; what is built is all in the TrainJob's namespace, and its size is bounded by the
@@ -32,7 +35,7 @@ func FuzzBuild(f *testing.F) {
 		jobs = append(jobs, utiltesting.ObjectsOfKind(f, pattern, "TrainJob", func(obj map[string]any) any { return obj })...)
 	}
 	spec := func(obj map[string]any) any { return obj["spec"] }
-	for _, pattern := range []string{"../../config/runtimes/*.yaml", "../../config/samples/*runtime*.yaml", "../../test/e2e/testdata/upstream/*.yaml"} {
+	for _, pattern := range []string{"../../config/runtimes/*.yaml", shippedTorchtune, "../../config/samples/*runtime*.yaml", "../../test/e2e/testdata/upstream/*.yaml"} {
 		runtimes = append(runtimes, utiltesting.ObjectsOfKind(f, pattern, "ClusterTrainingRuntime", spec)...)
 		runtimes = append(runtimes, utiltesting.ObjectsOfKind(f, pattern, "TrainingRuntime", spec)...)
 	}
@@ -132,17 +135,19 @@ func FuzzNumProcPerNode(f *testing.F) {
 		f.Add(false, n, "")
 	}
 	var runtimes []*trainer.TrainingRuntimeSpec
-	for _, raw := range utiltesting.ObjectsOfKind(f, "../../config/runtimes/*.yaml", "ClusterTrainingRuntime", func(obj map[string]any) any { return obj["spec"] }) {
-		spec := &trainer.TrainingRuntimeSpec{}
-		if err := json.Unmarshal(raw, spec); err != nil {
-			f.Fatal(err)
-		}
-		if spec.MLPolicy != nil && (spec.MLPolicy.Torch != nil || spec.MLPolicy.MPI != nil) {
-			runtimes = append(runtimes, spec)
+	for _, pattern := range []string{"../../config/runtimes/*.yaml", shippedTorchtune} {
+		for _, raw := range utiltesting.ObjectsOfKind(f, pattern, "ClusterTrainingRuntime", func(obj map[string]any) any { return obj["spec"] }) {
+			spec := &trainer.TrainingRuntimeSpec{}
+			if err := json.Unmarshal(raw, spec); err != nil {
+				f.Fatal(err)
+			}
+			if spec.MLPolicy != nil && (spec.MLPolicy.Torch != nil || spec.MLPolicy.MPI != nil) {
+				runtimes = append(runtimes, spec)
+			}
 		}
 	}
-	if len(runtimes) != 2 {
-		f.Fatalf("want the shipped torch and MPI runtimes, found %d", len(runtimes))
+	if len(runtimes) != 7 {
+		f.Fatalf("want the 7 shipped torch and MPI runtimes (torch, MPI, DeepSpeed, MLX, the torchtune ones), found %d", len(runtimes))
 	}
 	frameworks := controller.Frameworks()
 	f.Fuzz(func(t *testing.T, isString bool, n int32, s string) {

@@ -19,7 +19,8 @@ const podNameSuffix = "-abcde"
 // checkNames refuses a TrainJob whose Jobs or pods would get names JobSet refuses: its
 // webhook requires the name of every Job (<tj>-<job>-<index>) and of every pod of an Indexed
 // Job (<tj>-<job>-<index>-<podIndex>-<random>) to be a DNS-1035 label of at most 63
-// characters. The longest names are those of the last Job and pod, by JobSet's own naming.
+// characters. The longest names are those of the last Job and pod, by JobSet's own naming. The
+// same goes for the PersistentVolumeClaims of the runtime's volumeClaimPolicies.
 func checkNames(b *framework.Draft) error {
 	tj := b.TrainJob.Name
 	for _, rj := range b.JobSet.Spec.ReplicatedJobs {
@@ -40,6 +41,20 @@ func checkNames(b *framework.Draft) error {
 		return field.Invalid(field.NewPath("metadata", "name"), tj, fmt.Sprintf(
 			"the %s of replicated job %q would get names of %d characters (such as %q), and JobSet allows %d: %s",
 			what, rj.Name, len(longest), longest, validation.DNS1035LabelMaxLength, fix))
+	}
+	// JobSet makes a PersistentVolumeClaim <template>-<jobset> of each volumeClaimPolicies
+	// template, as upstream's torchtune runtimes use for their initializers, and refuses a name
+	// longer than 63 characters.
+	for _, policy := range b.JobSet.Spec.VolumeClaimPolicies {
+		for _, template := range policy.Templates {
+			claim := template.Name + "-" + tj
+			if len(claim) <= validation.DNS1035LabelMaxLength {
+				continue
+			}
+			return field.Invalid(field.NewPath("metadata", "name"), tj, fmt.Sprintf(
+				"the runtime's volume %q would be a PersistentVolumeClaim named %q, of %d characters, and JobSet allows %d: with this runtime, the name can have at most %d characters",
+				template.Name, claim, len(claim), validation.DNS1035LabelMaxLength, validation.DNS1035LabelMaxLength-len(template.Name)-1))
+		}
 	}
 	return nil
 }

@@ -32,12 +32,14 @@ func FuzzAdmission(f *testing.F) {
 		}
 	}
 	var shipped []client.Object
-	for _, raw := range utiltesting.ObjectsOfKind(f, "../../config/runtimes/*.yaml", "ClusterTrainingRuntime", func(o map[string]any) any { return o }) {
-		rt := &trainer.ClusterTrainingRuntime{}
-		if err := json.Unmarshal(raw, rt); err != nil {
-			f.Fatal(err)
+	for _, pattern := range []string{"../../config/runtimes/*.yaml", "../../config/runtimes/torchtune/*/*.yaml"} {
+		for _, raw := range utiltesting.ObjectsOfKind(f, pattern, "ClusterTrainingRuntime", func(o map[string]any) any { return o }) {
+			rt := &trainer.ClusterTrainingRuntime{}
+			if err := json.Unmarshal(raw, rt); err != nil {
+				f.Fatal(err)
+			}
+			shipped = append(shipped, rt)
 		}
-		shipped = append(shipped, rt)
 	}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(shipped...).Build()
 	frameworks := controller.Frameworks()
@@ -54,7 +56,7 @@ func FuzzAdmission(f *testing.F) {
 	}
 
 	for _, kind := range []string{"TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"} {
-		for _, pattern := range []string{"../../config/samples/*.yaml", "../../config/runtimes/*.yaml", "../../test/e2e/testdata/upstream/*.yaml"} {
+		for _, pattern := range []string{"../../config/samples/*.yaml", "../../config/runtimes/*.yaml", "../../config/runtimes/torchtune/*/*.yaml", "../../test/e2e/testdata/upstream/*.yaml"} {
 			for _, obj := range utiltesting.ObjectsOfKind(f, pattern, kind, func(o map[string]any) any { return o }) {
 				f.Add(review(f, kind, obj, nil))
 				f.Add(review(f, kind, obj, obj)) // An update that changes nothing.

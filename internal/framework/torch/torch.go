@@ -1,6 +1,8 @@
 // Package torch runs TrainJobs with PyTorch's torchrun. torchrun reads its settings from PET_*
 // environment variables, so the operator sets them on every node and the runtime's command can
-// stay a plain `torchrun train.py`.
+// stay a plain `torchrun train.py`. torchtune's `tune run`, which starts torchrun itself, also
+// gets its recipe, config and rendezvous on the command line when a TrainJob asks for just
+// `tune run`, as the Kubeflow SDK's BuiltinTrainer does (torchtune.go).
 package torch
 
 import (
@@ -57,11 +59,21 @@ func (torch) ReservedEnv() []string {
 
 // Apply sets torchrun's environment on every node, and in the containers the runtime's
 // envInjection names: a static rendezvous on the first node, or with an elastic policy a c10d
-// rendezvous between minNodes and maxNodes nodes.
+// rendezvous between minNodes and maxNodes nodes. A TrainJob whose command is `tune run` gets
+// the rest of torchtune's command line instead of the static rendezvous's address (torchtune.go).
 func (t torch) Apply(b *framework.Draft) error {
-	env, err := environment(b, b.MLPolicy().Torch)
+	env, procs, err := environment(b, b.MLPolicy().Torch)
 	if err != nil {
 		return err
+	}
+	if runsTune(b) {
+		command, err := tuneCommand(b, procs)
+		if err != nil {
+			return err
+		}
+		b.TrainerContainer().Command = command
+		// The rendezvous is on the command line, as upstream Kubeflow Trainer gives it.
+		env = slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return e.Name == EnvMasterAddr || e.Name == EnvMasterPort })
 	}
 	targets, err := t.EnvTargets(b)
 	if err != nil {
@@ -105,25 +117,26 @@ func (torch) EnvTargets(b *framework.Draft) ([]framework.ContainerRef, error) {
 }
 
 // environment is torchrun's environment, the same in every container that gets it, and makes
-// the trainer job fit it: Indexed, for the ranks, and sized by the elastic policy.
-func environment(b *framework.Draft, policy *trainer.TorchMLPolicySource) ([]corev1.EnvVar, error) {
+// the trainer job fit it: Indexed, for the ranks, and sized by the elastic policy. It also returns
+// the processes per node.
+func environment(b *framework.Draft, policy *trainer.TorchMLPolicySource) ([]corev1.EnvVar, int64, error) {
 	procs, err := numProcPerNode(b, policy)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	master := b.PodAddress(b.TrainerJob().Name, 0, 0)
 	env := []corev1.EnvVar{
 		b.RankEnv(EnvNodeRank),
 		{Name: EnvNumNodes, Value: strconv.Itoa(int(b.NumNodes))},
-		{Name: EnvNumProcPerNode, Value: procs},
+		{Name: EnvNumProcPerNode, Value: strconv.FormatInt(procs, 10)},
 		{Name: EnvMasterAddr, Value: master},
 		{Name: EnvMasterPort, Value: strconv.Itoa(Port)},
 	}
 	if policy.ElasticPolicy == nil {
-		return env, nil
+		return env, procs, nil
 	}
 	elastic, err := applyElastic(b, policy.ElasticPolicy, master)
-	return upsert.Env(env, elastic...), err
+	return upsert.Env(env, elastic...), procs, err
 }
 
 // applyElastic runs maxNodes pods that rendezvous through the c10d store on the first node, and
@@ -165,7 +178,7 @@ func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, maste
 // when the pods start: the TrainJob's value, else the runtime's, else "auto". "gpu" is the
 // trainer container's GPU count, "cpu" its CPU limit (else request) rounded down and at least 1,
 // and "auto" is "gpu" when the container has GPUs, else "cpu".
-func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (string, error) {
+func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (int64, error) {
 	value := "auto"
 	if policy.NumProcPerNode != nil {
 		value = policy.NumProcPerNode.String()
@@ -184,26 +197,26 @@ func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (st
 	switch value {
 	case "auto":
 		if gpus > 0 {
-			return strconv.FormatInt(gpus, 10), nil
+			return gpus, nil
 		}
-		return strconv.FormatInt(framework.CPUs(c), 10), nil
+		return framework.CPUs(c), nil
 	case "gpu":
 		switch {
 		case gpus > 0:
 		case b.TrainJob.Spec.Trainer != nil && b.TrainJob.Spec.Trainer.NumProcPerNode != nil:
-			return "", invalid(fmt.Sprintf("the trainer container %q has no GPU resource", c.Name))
+			return 0, invalid(fmt.Sprintf("the trainer container %q has no GPU resource", c.Name))
 		default:
 			// The runtime's "gpu" leaves the GPUs to its TrainJobs: this one brought none.
-			return "", field.Required(framework.TrainerPath.Child("resourcesPerNode"),
+			return 0, field.Required(framework.TrainerPath.Child("resourcesPerNode"),
 				fmt.Sprintf("%s runs one process per GPU (mlPolicy.torch.numProcPerNode: gpu), and the trainer container %q has no GPU resource: give the nodes GPUs", b.Runtime, c.Name))
 		}
-		return strconv.FormatInt(gpus, 10), nil
+		return gpus, nil
 	case "cpu":
-		return strconv.FormatInt(framework.CPUs(c), 10), nil
+		return framework.CPUs(c), nil
 	}
 	n, err := strconv.ParseInt(value, 10, 32)
 	if err != nil || n < 1 {
-		return "", invalid("must be auto, cpu, gpu or a positive integer below 2^31")
+		return 0, invalid("must be auto, cpu, gpu or a positive integer below 2^31")
 	}
-	return strconv.FormatInt(n, 10), nil // "007" and "+7" reach torchrun as 7.
+	return n, nil // "007" and "+7" reach torchrun as 7.
 }

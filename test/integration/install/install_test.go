@@ -17,8 +17,10 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,7 +67,7 @@ func TestInstallApplies(t *testing.T) {
 	ctx := context.Background()
 	runtimes, err := testenv.Kustomize(configDir("runtimes"))
 	require.NoError(t, err)
-	require.Len(t, runtimes, 4)
+	require.Len(t, runtimes, 9)
 	for _, objs := range [][]*unstructured.Unstructured{runtimes, installed} {
 		for _, obj := range objs {
 			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj), "%s %s", obj.GetKind(), obj.GetName())
@@ -77,9 +79,49 @@ func TestInstallApplies(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{
 		"Namespace": 1, "CustomResourceDefinition": 3, "ServiceAccount": 1, "Deployment": 1, "Service": 2, "Secret": 1,
-		"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+		"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "ConfigMap": 1,
 		"ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1,
 	}, kinds)
+}
+
+// TestEveryObjectIsPrefixed: config/default names the kinds its prefix applies to, so that the
+// SDK's ConfigMap keeps its name; an object of a kind it forgot would keep its bare name, and
+// could collide with another install's.
+func TestEveryObjectIsPrefixed(t *testing.T) {
+	for _, obj := range installed {
+		switch {
+		case obj.GetKind() == "CustomResourceDefinition", obj.GetKind() == "Namespace":
+		case obj.GetKind() == "ConfigMap" && obj.GetName() == "kubeflow-trainer-public":
+		default:
+			assert.Truef(t, strings.HasPrefix(obj.GetName(), "trainjob-"), "%s %s has no prefix trainjob-: add its kind to config/default's prefix transformer", obj.GetKind(), obj.GetName())
+		}
+	}
+}
+
+// TestAnyUserReadsTheTrainerVersion: the Kubeflow SDK, run by any authenticated user, reads the
+// version from the ConfigMap kubeflow-trainer-public in the operator's namespace, as it does from
+// upstream Kubeflow Trainer's; that user may read nothing else there.
+func TestAnyUserReadsTheTrainerVersion(t *testing.T) {
+	ctx := context.Background()
+	applyRBAC(t)
+	for _, obj := range installed {
+		if obj.GetKind() == "ConfigMap" {
+			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj))
+		}
+	}
+	cfg := rest.CopyConfig(cluster.Env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:authenticated"}}
+	alice, err := client.New(cfg, client.Options{})
+	require.NoError(t, err)
+
+	public := &corev1.ConfigMap{}
+	require.NoError(t, alice.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "kubeflow-trainer-public"}, public))
+	assert.Regexp(t, `^v\d+\.\d+\.\d+$`, public.Data["kubeflow_trainer_version"])
+
+	err = alice.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(namespace))
+	assert.True(t, apierrors.IsForbidden(err), "a user may list the operator's ConfigMaps: %v", err)
+	err = alice.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "trainjob-webhook-server-cert"}, &corev1.Secret{})
+	assert.True(t, apierrors.IsForbidden(err), "a user may read the webhook certificate: %v", err)
 }
 
 // TestSecretsAreNeverReadOutsideTheOperatorNamespace asks the API server's authorizer, once the
