@@ -172,7 +172,11 @@ func TestValues(t *testing.T) {
 						}
 					case "ClusterRoleBinding", "RoleBinding":
 						subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
-						assert.Equal(t, "ml-platform", subjects[0].(map[string]any)["namespace"], obj.GetName())
+						for _, subject := range subjects {
+							if subject := subject.(map[string]any); subject["kind"] == "ServiceAccount" {
+								assert.Equal(t, "ml-platform", subject["namespace"], obj.GetName())
+							}
+						}
 					case "Certificate":
 						names, _, _ := unstructured.NestedStringSlice(obj.Object, "spec", "dnsNames")
 						assert.Equal(t, []string{"trainjob-webhook-service.ml-platform.svc", "trainjob-webhook-service.ml-platform.svc.cluster.local"}, names)
