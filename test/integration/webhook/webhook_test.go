@@ -236,7 +236,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 
 		// Runtimes the schema refuses, before the webhook.
 		{"a runtime with two frameworks", rt("r13", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).JAX()),
-			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost and jax may be set"}},
+			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"}},
 		{"numNodes with an elastic policy", rt("r14", utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(elastic.MLPolicy.Torch)),
 			[]string{"spec.mlPolicy", "numNodes must be omitted when torch.elasticPolicy is set"}},
 	}
