@@ -91,7 +91,7 @@ type TrainingRuntimeList struct {
 // TrainingRuntimeSpec is a training blueprint: the JobSet to run, the framework's distributed
 // settings and the gang-scheduling policy.
 type TrainingRuntimeSpec struct {
-	// MLPolicy sets the number of nodes and the framework (torch, mpi, xgboost or jax) whose
+	// MLPolicy sets the number of nodes and the framework (torch, mpi, xgboost, jax or flux) whose
 	// distributed settings the operator injects. Without a framework, the trainer runs as is.
 	// +optional
 	MLPolicy *MLPolicy `json:"mlPolicy,omitempty"`
@@ -121,7 +121,7 @@ type JobSetTemplateSpec struct {
 
 // MLPolicy sets the number of nodes and at most one framework.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.torch), has(self.mpi), has(self.xgboost), has(self.jax)].filter(x, x).size() <= 1",message="at most one of torch, mpi, xgboost and jax may be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.torch), has(self.mpi), has(self.xgboost), has(self.jax), has(self.flux)].filter(x, x).size() <= 1",message="at most one of torch, mpi, xgboost, jax and flux may be set"
 // +kubebuilder:validation:XValidation:rule="!(has(self.numNodes) && has(self.torch) && has(self.torch.elasticPolicy))",message="numNodes must be omitted when torch.elasticPolicy is set: minNodes and maxNodes size the job"
 type MLPolicy struct {
 	// NumNodes is the number of training nodes (pods of the trainer job). A TrainJob's
@@ -155,6 +155,13 @@ type MLPolicySource struct {
 	// jax.distributed.initialize().
 	// +optional
 	JAX *JAXMLPolicySource `json:"jax,omitempty"`
+
+	// Flux runs the trainer's command under the Flux Framework HPC scheduler: an init container
+	// installs Flux into the node pods, which start one Flux cluster across the nodes; the first
+	// node runs the command with flux run. The operator creates the brokers' configuration and
+	// their CURVE certificate.
+	// +optional
+	Flux *FluxMLPolicySource `json:"flux,omitempty"`
 }
 
 // TorchMLPolicySource configures torchrun.
@@ -303,6 +310,20 @@ type XGBoostMLPolicySource struct {
 // JAXMLPolicySource configures distributed JAX. It has no fields: the operator sets the coordinator
 // address, process count and process id from the TrainJob.
 type JAXMLPolicySource struct{}
+
+// FluxMLPolicySource configures Flux. The trainer container's environment may also set
+// FLUX_VIEW_IMAGE (the image that installs Flux, which must match the trainer image's OS),
+// FLUX_NETWORK_DEVICE (the interface the brokers bind, eth0) and FLUX_QUEUE_POLICY (the Fluxion
+// queue policy, fcfs).
+type FluxMLPolicySource struct {
+	// NumProcPerNode is the number of Flux tasks on each node: flux run starts
+	// numNodes × numProcPerNode tasks. A TrainJob's trainer.numProcPerNode overrides it.
+	// Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="numProcPerNode must be at least 1"
+	NumProcPerNode *int32 `json:"numProcPerNode,omitempty"`
+}
 
 // PodGroupPolicy turns on gang scheduling with one of the supported schedulers.
 //

@@ -20,6 +20,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/framework/flux"
 	"github.com/trainjob/operator/internal/framework/jax"
 	"github.com/trainjob/operator/internal/framework/mpi"
 	"github.com/trainjob/operator/internal/framework/plain"
@@ -38,6 +39,7 @@ func Frameworks() []framework.Framework {
 		mpi.New(),
 		xgboost.New(),
 		jax.New(),
+		flux.New(),
 	}
 }
 

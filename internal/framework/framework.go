@@ -50,6 +50,26 @@ type EnvTargets interface {
 	EnvTargets(*Draft) ([]ContainerRef, error)
 }
 
+// PodParts is implemented by a framework that adds init containers, volumes and volume mounts
+// of its own to the trainer job's pods: flux. The pipeline refuses a runtime or TrainJob that
+// has, or patches, one of the same name (of a mount, the same path) there: one would silently
+// replace the other, or the pod would be invalid.
+type PodParts interface {
+	// ReservedPodParts names what the framework adds to the trainer job's pod template.
+	ReservedPodParts() ReservedPodParts
+}
+
+// ReservedPodParts are the parts of the trainer job's pod template that a framework adds.
+type ReservedPodParts struct {
+	// InitContainers are names of init containers; no container may have them either, since a
+	// pod's containers and init containers share their names.
+	InitContainers []string
+	// Volumes are names of the pod's volumes.
+	Volumes []string
+	// MountPaths are paths the trainer container mounts volumes at.
+	MountPaths []string
+}
+
 // Select returns the framework that runs TrainJobs of a runtime with this ML policy: the first of
 // frameworks that selects it, or nil when none does.
 func Select(frameworks []Framework, policy *trainer.MLPolicy) Framework {

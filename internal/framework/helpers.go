@@ -28,11 +28,22 @@ const completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
 // <tj>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>, where the subdomain is the runtime's
 // spec.network.subdomain when set, else the JobSet's name, as JobSet names its Service.
 func (b *Draft) PodAddress(job string, jobIndex, podIndex int) string {
-	name, subdomain := b.TrainJob.Name, b.TrainJob.Name
+	return fmt.Sprintf("%s.%s", b.PodHostname(job, jobIndex, podIndex), b.Subdomain())
+}
+
+// PodHostname is the host name of a pod of the JobSet, the first label of its PodAddress:
+// <tj>-<replicatedJob>-<jobIndex>-<podIndex>, as JobSet names the pods' hosts.
+func (b *Draft) PodHostname(job string, jobIndex, podIndex int) string {
+	return fmt.Sprintf("%s-%s-%d-%d", b.TrainJob.Name, job, jobIndex, podIndex)
+}
+
+// Subdomain is the subdomain of the JobSet's pods: the runtime's spec.network.subdomain when
+// set, else the JobSet's name, as JobSet names its headless Service.
+func (b *Draft) Subdomain() string {
 	if n := b.JobSet.Spec.Network; n != nil && n.Subdomain != "" {
-		subdomain = n.Subdomain
+		return n.Subdomain
 	}
-	return fmt.Sprintf("%s-%s-%d-%d.%s", name, job, jobIndex, podIndex, subdomain)
+	return b.TrainJob.Name
 }
 
 // SetEnv puts env vars into the trainer container, replacing vars of the same names.

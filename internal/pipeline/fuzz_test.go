@@ -2,11 +2,13 @@ package pipeline_test
 
 import (
 	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -122,11 +124,11 @@ func withinSchema(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) bool 
 	return ok
 }
 
-// FuzzNumProcPerNode builds a TrainJob of each shipped runtime that reads numProcPerNode (torch
-// and MPI) with any value of spec.trainer.numProcPerNode, a number or a string. A value the
-// framework cannot use is refused with that field named; one it takes reaches torchrun as a
-// plain positive number that fits an int32 (so that the world size is what the TrainJob says),
-// or becomes MPI's slots per node.
+// FuzzNumProcPerNode builds a TrainJob of each shipped runtime that reads numProcPerNode (torch,
+// MPI and Flux) with any value of spec.trainer.numProcPerNode, a number or a string. A value the
+// framework cannot use is refused with that field named; one it takes reaches torchrun, or flux
+// run as its tasks, as a plain positive number that fits an int32 (so that the world size is what
+// the TrainJob says), or becomes MPI's slots per node.
 func FuzzNumProcPerNode(f *testing.F) {
 	for _, s := range []string{"auto", "cpu", "gpu", "4", "007", "+5", "-1", "0", "1e3", " 2", "2147483648", "99999999999999999999", "٣"} {
 		f.Add(true, int32(0), s)
@@ -141,14 +143,15 @@ func FuzzNumProcPerNode(f *testing.F) {
 			if err := json.Unmarshal(raw, spec); err != nil {
 				f.Fatal(err)
 			}
-			if spec.MLPolicy != nil && (spec.MLPolicy.Torch != nil || spec.MLPolicy.MPI != nil) {
+			if spec.MLPolicy != nil && (spec.MLPolicy.Torch != nil || spec.MLPolicy.MPI != nil || spec.MLPolicy.Flux != nil) {
 				runtimes = append(runtimes, spec)
 			}
 		}
 	}
-	if len(runtimes) != 7 {
-		f.Fatalf("want the 7 shipped torch and MPI runtimes (torch, MPI, DeepSpeed, MLX, the torchtune ones), found %d", len(runtimes))
+	if len(runtimes) != 8 {
+		f.Fatalf("want the 8 shipped torch, MPI and Flux runtimes (torch, MPI, DeepSpeed, MLX, the torchtune ones, Flux), found %d", len(runtimes))
 	}
+	fluxTasks := regexp.MustCompile(`(?m)^    flags="-N 1 -n (\d+)"$`)
 	frameworks := controller.Frameworks()
 	f.Fuzz(func(t *testing.T, isString bool, n int32, s string) {
 		value := intstr.FromInt32(n)
@@ -167,6 +170,16 @@ func FuzzNumProcPerNode(f *testing.F) {
 					t.Fatalf("numProcPerNode %q: refused without naming the field: %v", value.String(), err)
 				}
 				continue
+			}
+			if spec.MLPolicy.Flux != nil {
+				scripts := children.Create[1].(*corev1.ConfigMap).Data["entrypoint.sh"]
+				m := fluxTasks.FindStringSubmatch(scripts)
+				if m == nil {
+					t.Fatalf("numProcPerNode %q: no flux run flags of one node in:\n%s", value.String(), scripts)
+				}
+				if tasks, err := strconv.ParseInt(m[1], 10, 32); err != nil || tasks < 1 || strconv.FormatInt(tasks, 10) != m[1] {
+					t.Fatalf("numProcPerNode %q reached flux run as -n %q: not a plain positive int32", value.String(), m[1])
+				}
 			}
 			if spec.MLPolicy.Torch == nil {
 				continue

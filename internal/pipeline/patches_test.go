@@ -204,7 +204,7 @@ func TestNumProcPerNodeOnlyWhereRead(t *testing.T) {
 	spec := fullRuntime().Obj()
 	rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: &spec}
 	_, err := Build(tj, rt, plain.New())
-	require.EqualError(t, err, `spec.trainer.numProcPerNode: Forbidden: TrainingRuntime "rt" runs the plain framework, which does not use it (torch and mpi do)`)
+	require.EqualError(t, err, `spec.trainer.numProcPerNode: Forbidden: TrainingRuntime "rt" runs the plain framework, which does not use it (torch, mpi and flux do)`)
 
 	_, err = Build(tj, rt, readsProcs{})
 	require.NoError(t, err)

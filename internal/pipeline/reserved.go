@@ -13,14 +13,20 @@ import (
 
 // checkTrainJob runs the checks of the TrainJob's fields against its runtime and framework that
 // need nothing built yet (the jobs its overrides and patches name, the framework's env vars set by
-// hand, Kubernetes' rules for what it copies into the JobSet, numProcPerNode), and returns every error they find, so that admission lists them all. A
-// fault of the runtime's own is returned alone: the TrainJob cannot fix it.
+// hand, the init containers, volumes and mounts it adds, Kubernetes' rules for what it copies into
+// the JobSet, numProcPerNode), and returns every error they find, so that admission lists them
+// all. A fault of the runtime's own is returned alone: the TrainJob cannot fix it.
 func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 	patches, targetErrs := podPatches(b)
 	errs, err := checkReservedEnv(b, fw, patches)
 	if err != nil {
 		return err
 	}
+	partErrs, err := checkReservedPodParts(b, fw, patches)
+	if err != nil {
+		return err
+	}
+	errs = append(errs, partErrs...)
 	errs = append(errs, targetErrs...)
 	errs = append(errs, checkKubernetesRules(b, patches)...)
 	if err := checkNumProcPerNode(b, fw); err != nil {
@@ -88,6 +94,81 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podP
 			for j, patch := range list {
 				if patch.Name == name {
 					errs = append(errs, check(c, patch.Env, path.Index(j).Child("env"))...)
+				}
+			}
+		}
+	}
+	return errs, nil
+}
+
+// checkReservedPodParts refuses a runtime whose trainer job's pods have, and a TrainJob whose pod
+// patches of the trainer job add or change, an init container, volume or trainer container mount
+// that the framework adds there itself (framework.PodParts): the pod would have two of them, which
+// Kubernetes refuses, or the TrainJob's would silently replace the framework's. The TrainJob's are
+// errors of the list; the runtime's is a *framework.RuntimeError.
+func checkReservedPodParts(b *framework.Draft, fw framework.Framework, patches []podPatch) (field.ErrorList, error) {
+	parts, ok := fw.(framework.PodParts)
+	if !ok {
+		return nil, nil
+	}
+	reserved := parts.ReservedPodParts()
+	containerMsg := func(name string) string {
+		return fmt.Sprintf("the %s framework adds an init container named %s to the trainer's pods: no other container may have that name", fw.Name(), name)
+	}
+	volumeMsg := func(name string) string {
+		return fmt.Sprintf("the %s framework adds a volume named %s to the trainer's pods: no other volume may have that name", fw.Name(), name)
+	}
+	mountMsg := func(path string) string {
+		return fmt.Sprintf("the %s framework mounts a volume at %s in the trainer container: nothing else may be mounted there", fw.Name(), path)
+	}
+
+	trainerJob := b.Trainer().Job
+	pod := &b.Runtime.Spec.Template.Spec.ReplicatedJobs[trainerJob].Template.Spec.Template.Spec
+	podPath := b.TrainerJobPath().Child("template", "spec", "template", "spec")
+	for _, list := range []struct {
+		name       string
+		containers []corev1.Container
+	}{{"initContainers", pod.InitContainers}, {"containers", pod.Containers}} {
+		for i, c := range list.containers {
+			if slices.Contains(reserved.InitContainers, c.Name) {
+				return nil, b.RuntimeError(field.Forbidden(podPath.Child(list.name).Index(i).Child("name"), containerMsg(c.Name)))
+			}
+		}
+	}
+	for i, v := range pod.Volumes {
+		if slices.Contains(reserved.Volumes, v.Name) {
+			return nil, b.RuntimeError(field.Forbidden(podPath.Child("volumes").Index(i).Child("name"), volumeMsg(v.Name)))
+		}
+	}
+	for i, m := range b.RuntimeTrainerContainer().VolumeMounts {
+		if slices.Contains(reserved.MountPaths, m.MountPath) {
+			return nil, b.RuntimeError(field.Forbidden(b.TrainerContainerPath().Child("volumeMounts").Index(i).Child("mountPath"), mountMsg(m.MountPath)))
+		}
+	}
+
+	var errs field.ErrorList
+	trainerName := b.TrainerContainer().Name
+	for _, p := range patches {
+		if !slices.Contains(p.jobs, trainerJob) {
+			continue
+		}
+		for i, v := range p.patch.Volumes {
+			if slices.Contains(reserved.Volumes, v.Name) {
+				errs = append(errs, field.Forbidden(p.path.Child("volumes").Index(i).Child("name"), volumeMsg(v.Name)))
+			}
+		}
+		for i, c := range p.patch.InitContainers {
+			if slices.Contains(reserved.InitContainers, c.Name) {
+				errs = append(errs, field.Forbidden(p.path.Child("initContainers").Index(i).Child("name"), containerMsg(c.Name)))
+			}
+		}
+		for i, c := range p.patch.Containers {
+			if c.Name != trainerName {
+				continue
+			}
+			for k, m := range c.VolumeMounts {
+				if slices.Contains(reserved.MountPaths, m.MountPath) {
+					errs = append(errs, field.Forbidden(p.path.Child("containers").Index(i).Child("volumeMounts").Index(k).Child("mountPath"), mountMsg(m.MountPath)))
 				}
 			}
 		}

@@ -72,15 +72,16 @@ func applyTrainer(b *framework.Draft) error {
 	return b.ApplyResourcesPerNode(c)
 }
 
-// checkNumProcPerNode refuses spec.trainer.numProcPerNode for a framework that does not read it:
-// jax runs one process per node, xgboost sizes its workers itself, plain passes nothing on.
+// checkNumProcPerNode refuses spec.trainer.numProcPerNode for a framework that does not read it
+// (torch, mpi and flux do): jax runs one process per node, xgboost sizes its workers itself,
+// plain passes nothing on.
 func checkNumProcPerNode(b *framework.Draft, fw framework.Framework) *field.Error {
 	t := b.TrainJob.Spec.Trainer
 	if _, reads := fw.(framework.ProcessesPerNode); reads || t == nil || t.NumProcPerNode == nil {
 		return nil
 	}
 	return field.Forbidden(framework.TrainerPath.Child("numProcPerNode"),
-		fmt.Sprintf("%s runs the %s framework, which does not use it (torch and mpi do)", b.Runtime, fw.Name()))
+		fmt.Sprintf("%s runs the %s framework, which does not use it (torch, mpi and flux do)", b.Runtime, fw.Name()))
 }
 
 // checkAncestors refuses a replicated job whose Job template and pod template both carry the

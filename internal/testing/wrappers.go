@@ -187,6 +187,12 @@ func (w *RuntimeSpecWrapper) JAX() *RuntimeSpecWrapper {
 	return w
 }
 
+// Flux sets mlPolicy.flux.
+func (w *RuntimeSpecWrapper) Flux(p *trainer.FluxMLPolicySource) *RuntimeSpecWrapper {
+	w.mlPolicy().Flux = p
+	return w
+}
+
 // PodGroupPolicy sets podGroupPolicy.
 func (w *RuntimeSpecWrapper) PodGroupPolicy(p trainer.PodGroupPolicySource) *RuntimeSpecWrapper {
 	w.TrainingRuntimeSpec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: p}

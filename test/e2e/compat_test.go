@@ -96,6 +96,20 @@ func TestUpstreamShapesRunToComplete(t *testing.T) {
 			node := replicatedJob(t, js, "node")
 			assert.Equal(t, "4", env(node.Template.Spec.Template.Spec.Containers[0])["DMLC_NUM_WORKER"], "2 nodes of 2 GPUs")
 		},
+		"flux.yaml": func(t *testing.T, js *jobsetv1alpha2.JobSet) {
+			node := replicatedJob(t, js, "node")
+			assert.Equal(t, ptr.To[int32](2), node.Template.Spec.Parallelism)
+			pod := node.Template.Spec.Template.Spec
+			require.Len(t, pod.InitContainers, 1)
+			assert.Equal(t, "flux-installer", pod.InitContainers[0].Name)
+			assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp_gpu -k on g 1 -sf kk -in in.reaxff.hns -nocite"},
+				pod.Containers[0].Command)
+			assert.True(t, mountsVolume(&corev1.Pod{Spec: pod}, "flux-curve", "/curve"))
+			scripts := &corev1.ConfigMap{}
+			require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lammps-flux-flux-entrypoint"}, scripts))
+			assert.Contains(t, scripts.Data["entrypoint.sh"], `flags="-N 2 -n 2 -g 1"`, "one GPU per node and task")
+			require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lammps-flux-flux-curve"}, &corev1.Secret{}))
+		},
 		"torchtune.yaml": func(t *testing.T, js *jobsetv1alpha2.JobSet) {
 			dataset := replicatedJob(t, js, "dataset-initializer").Template.Spec.Template.Spec.Containers[0]
 			assert.Equal(t, "hf://databricks/databricks-dolly-15k", env(dataset)["STORAGE_URI"])

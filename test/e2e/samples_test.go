@@ -54,7 +54,7 @@ func TestSamplesRunToComplete(t *testing.T) {
 		}
 		t.Run(tj.Name, func(t *testing.T) { waitForComplete(t, tj) })
 	}
-	for _, shipped := range []string{"torch-distributed", "mpi-distributed", "xgboost-distributed", "jax-distributed"} {
+	for _, shipped := range []string{"torch-distributed", "mpi-distributed", "xgboost-distributed", "jax-distributed", "flux-distributed"} {
 		assert.True(t, runtimes[shipped], "no sample runs the shipped runtime %s", shipped)
 	}
 

@@ -75,6 +75,11 @@ func TestRuntimeDefaults(t *testing.T) {
 			want: func(s *trainer.TrainingRuntimeSpec) any { return s.MLPolicy.XGBoost },
 			exp:  &trainer.XGBoostMLPolicySource{TrackerPort: ptr.To[int32](9091)},
 		},
+		"flux runs one task per node by default, as upstream's flux: {}": {
+			spec: utiltesting.MakeRuntimeSpec().Flux(&trainer.FluxMLPolicySource{}).Obj(),
+			want: func(s *trainer.TrainingRuntimeSpec) any { return s.MLPolicy.Flux },
+			exp:  &trainer.FluxMLPolicySource{NumProcPerNode: ptr.To[int32](1)},
+		},
 		"coscheduling timeout defaults to 60 seconds": {
 			spec: utiltesting.MakeRuntimeSpec().PodGroupPolicy(trainer.PodGroupPolicySource{
 				Coscheduling: &trainer.CoschedulingPodGroupPolicySource{},
@@ -223,12 +228,22 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{
 			name: "two ML frameworks in one runtime",
 			obj:  rt(utiltesting.MakeRuntimeSpec().Torch(torch).MPI(&trainer.MPIMLPolicySource{})),
-			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost and jax may be set"},
+			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"},
 		},
 		{
 			name: "xgboost and jax in one runtime",
 			obj:  rt(utiltesting.MakeRuntimeSpec().XGBoost(&trainer.XGBoostMLPolicySource{}).JAX()),
-			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost and jax may be set"},
+			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"},
+		},
+		{
+			name: "mpi and flux in one runtime",
+			obj:  rt(utiltesting.MakeRuntimeSpec().MPI(&trainer.MPIMLPolicySource{}).Flux(&trainer.FluxMLPolicySource{})),
+			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"},
+		},
+		{
+			name: "no Flux tasks per node",
+			obj:  rt(utiltesting.MakeRuntimeSpec().Flux(&trainer.FluxMLPolicySource{NumProcPerNode: ptr.To[int32](0)})),
+			want: []string{"spec.mlPolicy.flux.numProcPerNode", "numProcPerNode must be at least 1"},
 		},
 		{
 			name: "numNodes together with an elastic policy",
@@ -367,7 +382,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			name: "cluster runtime with two frameworks",
 			obj: utiltesting.ClusterTrainingRuntime("bad-"+ns, utiltesting.MakeRuntimeSpec().
 				Torch(torch).JAX().Obj()),
-			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost and jax may be set"},
+			want: []string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"},
 		},
 	}
 	for _, tc := range cases {

@@ -192,6 +192,80 @@ func TestMPIRuntime(t *testing.T) {
 	assert.Equal(t, hostfile.ResourceVersion, hostfileAfter.ResourceVersion, "an unchanged hostfile was rewritten")
 }
 
+// TestFluxRuntime runs a TrainJob of the shipped flux-distributed runtime: its node pods install
+// Flux with an init container and run the TrainJob's command through Flux's entrypoint, and the
+// TrainJob owns the scripts' ConfigMap and the CURVE certificate's Secret, which are written as
+// built: the hostlist, broker configuration and flux run flags of its two nodes, and a certificate
+// of a key pair made once.
+func TestFluxRuntime(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj := utiltesting.MakeTrainJob("lmp", ns).NumNodes(2).Suspend(true).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "flux-distributed"}
+	tj.Spec.Trainer.Command = []string{"lmp", "-in", "in.reaxff.hns"}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	assert.Equal(t, []string{"trainer.kubeflow.org/flux/Update"}, managers(js))
+	pod := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
+	require.Len(t, pod.InitContainers, 1)
+	installer := pod.InitContainers[0]
+	assert.Equal(t, "flux-installer", installer.Name)
+	assert.Equal(t, "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy", installer.Image)
+	assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/init.sh"}, installer.Command)
+	node := container(t, js, "node", "node")
+	assert.Equal(t, "ubuntu:22.04", node.Image)
+	assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp -in in.reaxff.hns"}, node.Command)
+	assert.Empty(t, node.Args)
+	mounts := map[string]string{}
+	for _, m := range node.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	assert.Equal(t, map[string]string{"/mnt/flux": "flux-install", "/opt/software": "spack-install", "/etc/flux-config": "flux-entrypoint",
+		"/curve": "flux-curve", "/dev/shm": "dshm"}, mounts)
+	volumes := map[string]corev1.VolumeSource{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v.VolumeSource
+	}
+	assert.Equal(t, "lmp-flux-entrypoint", volumes["flux-entrypoint"].ConfigMap.Name)
+	assert.Equal(t, "lmp-flux-curve", volumes["flux-curve"].Secret.SecretName)
+	assert.Equal(t, ptr.To[int32](0o400), volumes["flux-curve"].Secret.DefaultMode)
+	assert.Equal(t, corev1.StorageMediumMemory, volumes["dshm"].EmptyDir.Medium)
+
+	scripts := &corev1.ConfigMap{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lmp-flux-entrypoint"}, scripts))
+	assert.Equal(t, []string{"trainer.kubeflow.org/flux/Update"}, managers(scripts))
+	assert.Contains(t, scripts.Data["init.sh"], `echo "lmp-node-0-[0-1]" > ${configroot}/etc/flux/system/hostlist`)
+	assert.Contains(t, scripts.Data["init.sh"], `default_connect = "tcp://%h.lmp:%p"`)
+	assert.Contains(t, scripts.Data["init.sh"], `{ host = "lmp-node-0-[0-1]" },`)
+	assert.Contains(t, scripts.Data["entrypoint.sh"], `if [ "$(hostname)" = "lmp-node-0-0" ]; then`)
+	assert.Contains(t, scripts.Data["entrypoint.sh"], `flux R encode --hosts=${hosts} --cores=0 > /tmp/R`)
+	assert.Contains(t, scripts.Data["entrypoint.sh"], `flags="-N 2 -n 2"`)
+
+	secret := &corev1.Secret{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lmp-flux-curve"}, secret))
+	assert.Equal(t, corev1.SecretTypeOpaque, secret.Type)
+	assert.Equal(t, ptr.To(true), secret.Immutable)
+	assert.Regexp(t, `^#  ZeroMQ CURVE Secret Certificate\n(?s:.*)\nmetadata\n    name = "lmp"\ncurve\n    public-key = ".{40}"\n    secret-key = ".{40}"\n$`,
+		string(secret.Data["curve.cert"]))
+	for _, obj := range []metav1.Object{js, scripts, secret} {
+		assert.True(t, metav1.IsControlledBy(obj, got(t, tj)), "%s is not owned by its TrainJob", obj.GetName())
+	}
+
+	// A rebuild of the suspended TrainJob keeps the cluster's certificate and leaves unchanged
+	// scripts as they are.
+	updateTrainJob(t, tj, addLabel("rebuild", "1"))
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, "1", js.Labels["rebuild"]) })
+	require.NoError(t, k8sClient.Delete(ctx, js))
+	waitForJobSet(t, tj, func(c *assert.CollectT, again *jobsetv1alpha2.JobSet) { assert.NotEqual(c, js.UID, again.UID) })
+	after := &corev1.Secret{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(secret), after))
+	assert.Equal(t, secret.ResourceVersion, after.ResourceVersion, "the certificate Secret was written again")
+	scriptsAfter := &corev1.ConfigMap{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(scripts), scriptsAfter))
+	assert.Equal(t, scripts.ResourceVersion, scriptsAfter.ResourceVersion, "unchanged scripts were rewritten")
+}
+
 func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
 	current := &trainer.TrainJob{}

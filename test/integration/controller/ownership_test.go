@@ -31,6 +31,13 @@ func mpiTrainJob(name, ns string) *trainer.TrainJob {
 	return tj
 }
 
+// fluxTrainJob is a TrainJob of the shipped Flux runtime.
+func fluxTrainJob(name, ns string) *trainer.TrainJob {
+	tj := utiltesting.MakeTrainJob(name, ns).NumNodes(2).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "flux-distributed"}
+	return tj
+}
+
 // waitsFor waits until the TrainJob says that it waits for an object of a child's name that is
 // not its own, naming it, and checks that it has no JobSet.
 func waitsFor(t *testing.T, tj *trainer.TrainJob, kind, name string) {
@@ -97,6 +104,31 @@ func TestObjectsOfAChildsNameThatAreNotTheTrainJobsAreNeverTouched(t *testing.T)
 				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pi-runtime-snapshot", Namespace: ns}, Data: map[string]string{"runtime": "privileged: true"}}
 			},
 			kind: "ConfigMap",
+		},
+		"a user's Secret of the Flux certificate's name (a planted certificate)": {
+			trainJob: func(ns string) *trainer.TrainJob { return fluxTrainJob("hpc", ns) },
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hpc-flux-curve", Namespace: ns},
+					Data: map[string][]byte{"curve.cert": []byte("attacker's certificate")}}
+			},
+			kind: "Secret",
+		},
+		"a user's ConfigMap of the Flux scripts' name": {
+			trainJob: func(ns string) *trainer.TrainJob { return fluxTrainJob("hpc", ns) },
+			object: func(ns string, _ *metav1.OwnerReference) client.Object {
+				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hpc-flux-entrypoint", Namespace: ns},
+					Data: map[string]string{"entrypoint.sh": "echo mine"}}
+			},
+			kind: "ConfigMap",
+		},
+		"a leftover ConfigMap of the Flux scripts of an earlier TrainJob of the same name": {
+			trainJob: func(ns string) *trainer.TrainJob { return fluxTrainJob("hpc", ns) },
+			object: func(ns string, owner *metav1.OwnerReference) client.Object {
+				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hpc-flux-entrypoint", Namespace: ns, OwnerReferences: []metav1.OwnerReference{*owner}},
+					Data: map[string]string{"entrypoint.sh": "old"}}
+			},
+			kind:     "ConfigMap",
+			leftover: true,
 		},
 		"a user's PodGroup of the gang's name": {
 			trainJob: gangTrainJob,

@@ -143,7 +143,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"processes per node for jax, which runs one per node, and a patch of a job jax lacks", tjWith("jax-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromInt32(4))}
 			o.Spec.RuntimePatches = []trainer.RuntimePatch{utiltesting.JobPatch("me", utiltesting.PodPatch("launcher", nil, nil))}
-		}), []string{`spec.trainer.numProcPerNode: Forbidden: ClusterTrainingRuntime "jax-distributed" runs the jax framework, which does not use it (torch and mpi do)`,
+		}), []string{`spec.trainer.numProcPerNode: Forbidden: ClusterTrainingRuntime "jax-distributed" runs the jax framework, which does not use it (torch, mpi and flux do)`,
 			`spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name: Invalid value: "launcher"`}},
 		{"jax env set by hand", tjWith("jax-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("JAX_PROCESS_ID", "0")}
@@ -175,6 +175,21 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"gpu MPI slots", tjWith("mpi-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}
 		}), []string{`spec.trainer.numProcPerNode: Invalid value: "gpu": MPI needs a positive integer`}},
+		{"auto Flux tasks", tjWith("flux-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromString("auto"))}
+		}), []string{`spec.trainer.numProcPerNode: Invalid value: "auto": Flux needs a positive integer: the tasks per node`}},
+		{"Flux's installer patched by an override", tjWith("flux-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{InitContainers: []trainer.ContainerPatch{{Name: "flux-installer", Env: env("A", "1")}}}})
+		}), []string{"spec.podSpecOverrides[0].initContainers[0].name: Forbidden: the flux framework adds an init container named flux-installer to the trainer's pods"}},
+		{"Flux's volume replaced by an override", tjWith("flux-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{Volumes: []corev1.Volume{{Name: "flux-curve", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}}})
+		}), []string{"spec.podSpecOverrides[0].volumes[0].name: Forbidden: the flux framework adds a volume named flux-curve to the trainer's pods"}},
+		{"a Flux queue policy Fluxion lacks", tjWith("flux-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Env: env("FLUX_QUEUE_POLICY", "lifo")}
+		}), []string{`spec.trainer.env[0].value: Unsupported value: "lifo": supported values: "fcfs", "easy", "hybrid", "conservative"`}},
+		{"a Flux command item that the entrypoint would split", tjWith("flux-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{Command: []string{"bash", "-c", "echo hi"}}
+		}), []string{`spec.trainer.command[2]: Invalid value: "echo hi": Flux's entrypoint passes the command to flux run as one line split at white space`}},
 		{"numNodes for an elastic runtime", func() client.Object {
 			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").NumNodes(2).Obj()
 			return o
@@ -217,6 +232,12 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs[0].name: Invalid value: "node": the MPI launcher`}},
 		{"an MPI launcher that sets a hostfile variable", rt("r10", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(mpiJobs("launcher", "node")[0], "HYDRA_HOST_FILE", "x"), mpiJobs("launcher", "node")[1]).MPI(&trainer.MPIMLPolicySource{})),
 			[]string{"spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[0].name: Forbidden: HYDRA_HOST_FILE is set by the mpi framework"}},
+		{"a Flux runtime with an init container of the installer's name", rt("r18", utiltesting.MakeRuntimeSpec().ReplicatedJobs(func() jobsetv1alpha2.ReplicatedJob {
+			job := *node.DeepCopy()
+			job.Template.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "flux-installer", Image: "mine"}}
+			return job
+		}()).Flux(&trainer.FluxMLPolicySource{})),
+			[]string{`TrainingRuntime.trainer.kubeflow.org "r18" is invalid: spec.template.spec.replicatedJobs[0].template.spec.template.spec.initContainers[0].name: Forbidden: the flux framework adds an init container named flux-installer`}},
 		{"a cluster runtime without a trainer job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node"))),
 			[]string{`ClusterTrainingRuntime.trainer.kubeflow.org "bad-` + ns + `" is invalid: spec.template.spec.replicatedJobs: Required value`}},
 		{"a cluster MPI runtime without a node job", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node")).MPI(&trainer.MPIMLPolicySource{})),
@@ -236,7 +257,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 
 		// Runtimes the schema refuses, before the webhook.
 		{"a runtime with two frameworks", rt("r13", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).JAX()),
-			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost and jax may be set"}},
+			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"}},
+		{"a runtime with torch and flux", rt("r19", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Flux(&trainer.FluxMLPolicySource{})),
+			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"}},
+		{"a Flux runtime of no tasks per node", rt("r20", utiltesting.MakeRuntimeSpec().Flux(&trainer.FluxMLPolicySource{NumProcPerNode: ptr.To[int32](0)})),
+			[]string{"spec.mlPolicy.flux.numProcPerNode", "numProcPerNode must be at least 1"}},
 		{"numNodes with an elastic policy", rt("r14", utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(elastic.MLPolicy.Torch)),
 			[]string{"spec.mlPolicy", "numNodes must be omitted when torch.elasticPolicy is set"}},
 	}
