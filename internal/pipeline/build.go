@@ -20,6 +20,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +52,11 @@ type Step = func(*framework.Draft) error
 // it). The error says what in the TrainJob or runtime is wrong, for the TrainJob's Created
 // condition.
 func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework, extra ...Step) (*Children, error) {
+	if fw == nil {
+		// A policy no framework of this manager serves (one left out of its build).
+		return nil, &framework.RuntimeError{Runtime: rt.String(),
+			Err: field.Invalid(framework.MLPolicyPath, rt.Spec.MLPolicy, "no framework this operator runs serves this policy")}
+	}
 	// The steps copy values out of the TrainJob into the JobSet: never share them.
 	tj = tj.DeepCopy()
 	b := &framework.Draft{

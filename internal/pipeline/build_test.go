@@ -634,3 +634,13 @@ func withNodeResources(cpu, cpuLimit, memory string) trainer.TrainingRuntimeSpec
 	}
 	return rt
 }
+
+// A manager built without the framework a runtime's policy names refuses it at the policy, rather
+// than fail.
+func TestAPolicyNoFrameworkServesIsRefused(t *testing.T) {
+	rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: ptr.To(utiltesting.MakeRuntimeSpec().Obj())}
+	_, err := Build(utiltesting.MakeTrainJob("tj", "ns").Obj(), rt, nil)
+	if err == nil || !strings.Contains(err.Error(), `TrainingRuntime "rt": spec.mlPolicy: Invalid value`) {
+		t.Errorf("Build without a framework = %v, want a refusal at spec.mlPolicy", err)
+	}
+}
