@@ -241,8 +241,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
 			return ctrl.Result{}, nil
 		}
-		// The TrainJob is built from its runtime as it was when it was first built: a copy is kept
-		// before anything is built, and the status says so first.
+		// The TrainJob is built from its runtime as it was when its JobSet was first made: a copy
+		// is kept before anything is built, and the status says so first. Until a JobSet is made
+		// from it, the copy follows the runtime.
 		if !rt.Snapshotted() {
 			if result, err := r.takeSnapshot(ctx, tj, rt, before); err != nil || !result.IsZero() || tj.Status.RuntimeSnapshot == nil {
 				return result, err
@@ -476,15 +477,17 @@ func (r *TrainJobReconciler) recreate(ctx context.Context, tj *trainer.TrainJob,
 }
 
 // takeSnapshot keeps a copy of the runtime for the TrainJob, in a ConfigMap it owns, and records
-// it in the status, written at once: from then on the TrainJob is built from the copy. A
-// ConfigMap of the name that is the TrainJob's own (made by a reconcile whose status write was
-// lost, before anything was built from it) gets the runtime as it is now; anyone else's is never
-// touched.
+// it in the status, written at once: once a JobSet is made, the TrainJob is built from the copy.
+// Until then each try at the first JobSet keeps the runtime as it is then: a ConfigMap of the name
+// that is the TrainJob's own (an earlier try's) gets it; anyone else's is never touched.
 func (r *TrainJobReconciler) takeSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, before *trainer.TrainJobStatus) (ctrl.Result, error) {
 	cm, snapshot, err := trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
 	if err != nil {
 		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 		return ctrl.Result{}, nil
+	}
+	if recorded := tj.Status.RuntimeSnapshot; recorded != nil && recorded.Digest == snapshot.Digest {
+		return ctrl.Result{}, nil // Kept already, by an earlier try at the first JobSet.
 	}
 	switch err := createChild(ctx, r.client, tj, cm, client.FieldOwner(fieldManager(r.framework))); {
 	case isNotOurs(err):

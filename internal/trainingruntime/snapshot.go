@@ -16,8 +16,8 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
-// A TrainJob is built from its runtime as it was when the TrainJob was first built: the runtime's
-// copy, its snapshot, is kept in a ConfigMap the TrainJob owns, named and keyed as upstream
+// A TrainJob is built from its runtime as it was when the TrainJob's JobSet was first made: the
+// runtime's copy, its snapshot, is kept in a ConfigMap the TrainJob owns, named and keyed as upstream
 // Kubeflow Trainer keeps its own (KEP-2599). The TrainJob's status records the copy's digest, and
 // the runtime's framework and gang policies, which the controllers read on every event without
 // reading the copy: the copy is read only to build.
@@ -71,12 +71,13 @@ func digest(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// ForTrainJob is the runtime a TrainJob runs with: the summary of its snapshot (its framework and
-// gang policies, no template: Load reads the whole of it) once it has one, else its runtime as it
-// is now.
+// ForTrainJob is the runtime a TrainJob runs with: once its JobSet was made from its snapshot,
+// the snapshot's summary (its framework and gang policies, no template: Load reads the whole of
+// it); until then, its runtime as it is now, so that a runtime fixed before the TrainJob could be
+// built from it is the one it is built from.
 func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
 	snap := tj.Status.RuntimeSnapshot
-	if snap == nil {
+	if snap == nil || tj.Status.ObservedGeneration == 0 {
 		return Resolve(ctx, c, tj)
 	}
 	kind, name := Ref(tj)

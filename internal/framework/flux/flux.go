@@ -127,10 +127,7 @@ func (flux) Apply(b *framework.Draft) error {
 	if err != nil {
 		return err
 	}
-	command, err := commandLine(b)
-	if err != nil {
-		return err
-	}
+	command := commandLine(b)
 	if n := b.JobSet.Spec.Network; n != nil && n.EnableDNSHostnames != nil && !*n.EnableDNSHostnames {
 		return b.RuntimeError(field.Invalid(field.NewPath("spec", "template", "spec", "network", "enableDNSHostnames"), false,
 			"Flux finds its lead broker by the pods' host names and the brokers each other by their DNS names: JobSet's DNS host names must stay on"))
@@ -177,7 +174,7 @@ func (flux) Apply(b *framework.Draft) error {
 		corev1.VolumeMount{Name: CurveVolume, MountPath: CurvePath, ReadOnly: true},
 		corev1.VolumeMount{Name: ShmVolume, MountPath: ShmPath},
 	)
-	c.Command = []string{"/bin/bash", ScriptsPath + "/" + EntrypointScriptKey, command}
+	c.Command = append([]string{"/bin/bash", ScriptsPath + "/" + EntrypointScriptKey}, command...)
 	c.Args = nil
 	return nil
 }
@@ -220,33 +217,12 @@ func gpusPerTask(b *framework.Draft, tasks int32) (int64, error) {
 	return 0, b.RuntimeError(field.Invalid(framework.MLPolicyPath.Child("flux", "numProcPerNode"), tasks, detail))
 }
 
-// commandLine is the trainer container's command and args (the TrainJob's, else the runtime's),
-// joined by spaces: the entrypoint's one argument, as upstream passes it. The entrypoint splits
-// it again at white space, so an item that is empty or holds white space would not reach flux
-// run as itself: such a command cannot be built.
-func commandLine(b *framework.Draft) (string, error) {
+// commandLine is the trainer container's command and args (the TrainJob's, else the runtime's):
+// the entrypoint's arguments, which it hands to flux run as they are, each item one word (upstream
+// joins them into one line that is split again at white space, so `bash -c "a b"` broke).
+func commandLine(b *framework.Draft) []string {
 	c := b.TrainerContainer()
-	t := b.TrainJob.Spec.Trainer
-	check := func(items []string, fromTrainJob bool, name string) error {
-		for i, item := range items {
-			if item != "" && !strings.ContainsAny(item, " \t\n\r\v\f") {
-				continue
-			}
-			detail := "Flux's entrypoint passes the command to flux run as one line split at white space: an item may not be empty or hold white space"
-			if fromTrainJob {
-				return field.Invalid(framework.TrainerPath.Child(name).Index(i), item, detail)
-			}
-			return b.RuntimeError(field.Invalid(b.TrainerContainerPath().Child(name).Index(i), item, detail))
-		}
-		return nil
-	}
-	if err := check(c.Command, t != nil && t.Command != nil, "command"); err != nil {
-		return "", err
-	}
-	if err := check(c.Args, t != nil && t.Args != nil, "args"); err != nil {
-		return "", err
-	}
-	return strings.Join(slices.Concat(c.Command, c.Args), " "), nil
+	return slices.Concat(c.Command, c.Args)
 }
 
 // settings are Flux's settings, by env var name.

@@ -1,8 +1,8 @@
 // Package upstream proves that upstream Kubeflow Trainer's shipped runtimes (testdata: their
-// files, unchanged) work here as they are: each applies through the operator's admission webhooks
-// and is stored as written, a TrainJob of each, as the Kubeflow SDK writes it, is accepted and
-// built into a JobSet the API server and JobSet's webhooks accept, and a torchtune TrainJob of the
-// SDK's BuiltinTrainer gets upstream's command line. Nothing of config/runtimes is installed here:
+// objects, field for field, written for this project) work here as they are: each applies through
+// the operator's admission webhooks and is stored as written, a TrainJob of each, as the Kubeflow
+// SDK writes it, is accepted and built into a JobSet the API server and JobSet's webhooks accept,
+// and a torchtune TrainJob of the SDK's BuiltinTrainer gets upstream's command line. Nothing of config/runtimes is installed here:
 // upstream's runtimes have the same names as the shipped ones.
 package upstream
 

@@ -19,12 +19,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework/flux"
 	"github.com/trainjob/operator/internal/framework/torch"
 	"github.com/trainjob/operator/test/testenv"
 )
 
-// fixtures are upstream's runtime files in testdata, by path: the main ones first, then the
-// variants, which reuse their names.
+// fixtures are the files in testdata that reproduce upstream's runtimes, by path: the main ones
+// first, then the variants, which reuse their names.
 func fixtures(t *testing.T) []string {
 	t.Helper()
 	var files []string
@@ -36,11 +37,11 @@ func fixtures(t *testing.T) []string {
 			return err
 		}))
 	}
-	require.Len(t, files, 13)
+	require.Len(t, files, 14)
 	return files
 }
 
-// readRuntime reads an upstream runtime file as written.
+// readRuntime reads the runtime object of one of testdata's files.
 func readRuntime(t *testing.T, path string) *unstructured.Unstructured {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -53,10 +54,12 @@ func readRuntime(t *testing.T, path string) *unstructured.Unstructured {
 
 // sdkTrainer is spec.trainer as the Kubeflow SDK writes it for a runtime of each framework label:
 // a CustomTrainer's command for torch, jax and xgboost, mpirun for the MPI runtimes, the
-// BuiltinTrainer's `tune run` with config overrides for torchtune; two nodes where the framework
-// runs several, with resources per node.
+// BuiltinTrainer's `tune run` with config overrides for torchtune, a container's command for
+// flux (one word an item: Flux's entrypoint splits the line at white space); two nodes where the
+// framework runs several, with resources per node.
 func sdkTrainer(framework string) map[string]any {
 	gpus := map[string]any{"requests": map[string]any{"nvidia.com/gpu": 2}, "limits": map[string]any{"nvidia.com/gpu": 2}}
+	cpus := map[string]any{"requests": map[string]any{"cpu": 2, "memory": "4Gi"}, "limits": map[string]any{"cpu": 2, "memory": "4Gi"}}
 	switch framework {
 	case "torchtune":
 		return map[string]any{
@@ -70,18 +73,21 @@ func sdkTrainer(framework string) map[string]any {
 			"command":          []any{"mpirun", "--hostfile", "/etc/mpi/hostfile", "bash", "-c", "python3 /home/mpiuser/train.py"},
 			"resourcesPerNode": gpus,
 		}
+	case "flux":
+		return map[string]any{"numNodes": 2, "command": []any{"python3", "train.py"}, "resourcesPerNode": cpus}
 	}
 	return map[string]any{
 		"numNodes":         2,
 		"command":          []any{"bash", "-c", "python3 train.py"},
-		"resourcesPerNode": map[string]any{"requests": map[string]any{"cpu": 2, "memory": "4Gi"}, "limits": map[string]any{"cpu": 2, "memory": "4Gi"}},
+		"resourcesPerNode": cpus,
 	}
 }
 
-// TestUpstreamRuntimesWorkUnchanged applies each of upstream Kubeflow Trainer's runtime files as
-// written (server-side apply, which refuses a field the schema lacks), through the operator's
-// webhooks; checks that the API server stored every field as written (only defaults are added);
-// and checks that a TrainJob of it, as the SDK writes it, is accepted and gets its JobSet.
+// TestUpstreamRuntimesWorkUnchanged applies each of upstream Kubeflow Trainer's runtime objects as
+// upstream has them (server-side apply, which refuses a field the schema lacks), through the
+// operator's webhooks; checks that the API server stored every field as written (only defaults
+// are added); and checks that a TrainJob of it, as the SDK writes it, is accepted and gets its
+// JobSet, built by the runtime's framework (for Flux: its installer and entrypoint).
 func TestUpstreamRuntimesWorkUnchanged(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -110,6 +116,12 @@ func TestUpstreamRuntimesWorkUnchanged(t *testing.T) {
 				return k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js) == nil
 			}, polling.Timeout, polling.Interval, "no JobSet for the TrainJob of %s", written.GetName())
 			assert.Len(t, js.Spec.ReplicatedJobs, len(mustSlice(t, written, "spec", "template", "spec", "replicatedJobs")))
+			if written.GetLabels()[trainer.FrameworkLabel] == flux.Name {
+				pod := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
+				require.Len(t, pod.InitContainers, 1)
+				assert.Equal(t, flux.InstallerContainer, pod.InitContainers[0].Name)
+				assert.Equal(t, []string{"/bin/bash", flux.ScriptsPath + "/" + flux.EntrypointScriptKey, "python3 train.py"}, pod.Containers[0].Command)
+			}
 		})
 	}
 }

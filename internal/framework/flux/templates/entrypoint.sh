@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run by the trainer container of every node pod, with the TrainJob's command as its argument.
+# Run by the trainer container of every node pod, with the TrainJob's command as its arguments.
 # It starts this node's Flux broker from the Flux that the flux-installer init container copied
 # to /mnt/flux. The lead broker, on the first node ({{.LeadHost}}), runs the command across the
 # cluster with flux run, and the cluster stops when it ends; the other brokers follow it. Written
@@ -10,7 +10,6 @@ viewroot=${viewbase}/view
 viewbin=${viewroot}/bin
 configroot=${viewbase}/config
 cfg=${configroot}/etc/flux/config
-command="$@"
 
 # Flux's programs come after the image's own, so that the image's (Python, MPI) win.
 export PATH=$PATH:${viewbin}
@@ -69,15 +68,15 @@ brokerOptions="-Scron.directory=${configroot}/etc/flux/system/cron.d \
 
 status=0
 if [ "$(hostname)" = "{{.LeadHost}}" ]; then
-  if [ -z "${command}" ]; then
+  if [ $# -eq 0 ]; then
     # No command: an interactive Flux cluster, which runs until the TrainJob is deleted.
     echo "flux broker --config-path ${cfg} ${brokerOptions}"
     flux broker --config-path ${cfg} ${brokerOptions}
     status=$?
   else
     flags="{{.Flags}}"
-    echo "flux start -o --config ${cfg} ${brokerOptions} flux run ${flags} ${command}"
-    flux start -o --config ${cfg} ${brokerOptions} flux run ${flags} ${command}
+    echo "flux start -o --config ${cfg} ${brokerOptions} flux run ${flags} $*"
+    flux start -o --config ${cfg} ${brokerOptions} flux run ${flags} "$@"
     status=$?
   fi
 else
