@@ -120,7 +120,7 @@ func TestUpstreamRuntimesWorkUnchanged(t *testing.T) {
 				pod := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
 				require.Len(t, pod.InitContainers, 1)
 				assert.Equal(t, flux.InstallerContainer, pod.InitContainers[0].Name)
-				assert.Equal(t, []string{"/bin/bash", flux.ScriptsPath + "/" + flux.EntrypointScriptKey, "python3 train.py"}, pod.Containers[0].Command)
+				assert.Equal(t, []string{"/bin/bash", flux.ScriptsPath + "/" + flux.EntrypointScriptKey, "python3", "train.py"}, pod.Containers[0].Command)
 			}
 		})
 	}
