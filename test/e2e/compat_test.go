@@ -102,7 +102,7 @@ func TestUpstreamShapesRunToComplete(t *testing.T) {
 			pod := node.Template.Spec.Template.Spec
 			require.Len(t, pod.InitContainers, 1)
 			assert.Equal(t, "flux-installer", pod.InitContainers[0].Name)
-			assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp_gpu -k on g 1 -sf kk -in in.reaxff.hns -nocite"},
+			assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp_gpu", "-k", "on", "g", "1", "-sf", "kk", "-in", "in.reaxff.hns", "-nocite"},
 				pod.Containers[0].Command)
 			assert.True(t, mountsVolume(&corev1.Pod{Spec: pod}, "flux-curve", "/curve"))
 			scripts := &corev1.ConfigMap{}
