@@ -84,17 +84,23 @@ func timeLeft(tj *trainer.TrainJob, now time.Time) (left time.Duration, ok bool)
 	if tj.Spec.ActiveDeadlineSeconds == nil || ptr.Deref(tj.Spec.Suspend, false) {
 		return 0, false
 	}
-	start := tj.CreationTimestamp.Time
-	c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended)
-	switch {
-	case c != nil && c.Status == metav1.ConditionTrue:
+	start := startedAt(tj).Time
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended) {
 		start = now
-	case tj.Status.StartTime != nil:
-		start = tj.Status.StartTime.Time
-	case c != nil:
-		start = c.LastTransitionTime.Time // Resumed by an operator that kept no start time.
 	}
 	return start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second).Sub(now), true
+}
+
+// startedAt is when the TrainJob last started: status.startTime; for a TrainJob resumed by an
+// operator that kept no start time, its Suspended condition's last change; else its creation.
+func startedAt(tj *trainer.TrainJob) metav1.Time {
+	if tj.Status.StartTime != nil {
+		return *tj.Status.StartTime
+	}
+	if c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobSuspended); c != nil && c.Status == metav1.ConditionFalse {
+		return c.LastTransitionTime
+	}
+	return tj.CreationTimestamp
 }
 
 // stateOf is status.state as the conditions set in memory say it, with the reason of the

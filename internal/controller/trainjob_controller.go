@@ -86,7 +86,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	result, err := r.reconcile(ctx, tj, before)
 	recordCreationFailure(r.framework, tj)
 	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
-		result.RequeueAfter = left // Check the deadline when it passes.
+		result.RequeueAfter = max(left, time.Millisecond) // Check the deadline when it passes: at once when it has.
 	}
 	reason, all := settle(tj, before, r.conditions)
 	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
@@ -333,7 +333,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 
 	// 5. Report suspension and the JobSet's progress.
 	if !suspend && tj.Status.StartTime == nil {
-		tj.Status.StartTime = ptr.To(tj.CreationTimestamp)
+		tj.Status.StartTime = ptr.To(startedAt(tj))
 	}
 	setSuspended(tj, jobSetWasSuspended, time.Now())
 	setJobSetStatus(tj, js)

@@ -82,3 +82,53 @@ func TestUpstreamConditionsKeepTheDeadlineFromTheResume(t *testing.T) {
 	})
 	assert.GreaterOrEqual(t, time.Since(resumed), 2*time.Second, "it failed before its deadline from the resume: %v", got.Status.Conditions)
 }
+
+// TestAnUpgradeKeepsTheClockOfAResumedTrainJob resumes a TrainJob past its deadline's length of
+// suspension, then hands it, with the status an operator without status.startTime left (Created
+// and Suspended=False conditions only), to a manager with upstream's conditions: the deadline
+// still counts from the resume, not from the creation, and fails the TrainJob when it passes, with
+// no other event to wake the operator.
+func TestAnUpgradeKeepsTheClockOfAResumedTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("upgraded", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
+	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](6)
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, trainer.TrainJobSuspended, tj.Status.State) })
+	time.Sleep(7 * time.Second) // Suspended longer than the deadline: its clock is stopped.
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+
+	stopManager()
+	resumed := metav1.Now()
+	old := got(t, tj)
+	old.Status = trainer.TrainJobStatus{Conditions: []metav1.Condition{
+		{Type: trainer.TrainJobSuspended, Status: metav1.ConditionFalse, Reason: trainer.TrainJobResumedReason, Message: "TrainJob is resumed", LastTransitionTime: resumed, ObservedGeneration: old.Generation},
+		{Type: trainer.TrainJobCreated, Status: metav1.ConditionTrue, Reason: trainer.TrainJobJobsCreatedReason, Message: "created", LastTransitionTime: resumed, ObservedGeneration: old.Generation},
+	}}
+	require.NoError(t, k8sClient.Status().Update(ctx, old))
+	stop, err := cluster.StartManager(controller.Options{MaxConcurrentReconciles: 4, RuntimeGracePeriod: runtimeGracePeriod, Conditions: controller.UpstreamConditions})
+	require.NoError(t, err)
+	stopManager = stop
+	t.Cleanup(func() { restartManager(t) })
+
+	upgraded := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, trainer.TrainJobCreated, tj.Status.State)
+	})
+	require.NotNil(t, upgraded.Status.StartTime)
+	assert.Equal(t, resumed.Unix(), upgraded.Status.StartTime.Unix(), "the start time is the resume's")
+	failed := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason)
+	})
+	assert.GreaterOrEqual(t, failedAt(failed).Sub(resumed.Time), 5*time.Second, "failed before its deadline from the resume")
+}
+
+// failedAt is when the TrainJob's Failed condition became True.
+func failedAt(tj *trainer.TrainJob) time.Time {
+	for _, c := range tj.Status.Conditions {
+		if c.Type == trainer.TrainJobFailed {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
