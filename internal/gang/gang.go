@@ -136,15 +136,16 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), nil
 }
 
-// volcanoQueue is the Volcano queue of the gang: the JobSet's scheduling.volcano.sh/queue-name
-// annotation, as the runtime's template, the TrainJob's spec.annotations and its runtime patches
-// left it, else the runtime's volcano.queue, else "", Volcano's default queue. The runtime sets
-// the queue, and a TrainJob may choose another, as upstream Kubeflow Trainer lets it.
+// volcanoQueue is the Volcano queue of the gang: the runtime's volcano.queue, which binds its
+// TrainJobs, as KAI's queue does; for a runtime that names none (upstream Kubeflow Trainer's
+// runtimes have no such field), the JobSet's scheduling.volcano.sh/queue-name annotation, as the
+// runtime's template, the TrainJob's spec.annotations and its runtime patches left it, as upstream
+// reads it; else "", Volcano's default queue.
 func volcanoQueue(b *framework.Draft) string {
-	if queue := b.JobSet.Annotations[volcanov1beta1.QueueNameAnnotationKey]; queue != "" {
+	if queue := ptr.Deref(b.Runtime.Spec.PodGroupPolicy.Volcano.Queue, ""); queue != "" {
 		return queue
 	}
-	return ptr.Deref(b.Runtime.Spec.PodGroupPolicy.Volcano.Queue, "")
+	return b.JobSet.Annotations[volcanov1beta1.QueueNameAnnotationKey]
 }
 
 // priorityClass is the priority class of the gang's Volcano PodGroup: the one the pod templates

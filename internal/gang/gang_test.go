@@ -311,14 +311,24 @@ func TestVolcanoPodGroupSpec(t *testing.T) {
 			trainJob: tj().Obj(),
 			want:     volcanov1beta1.PodGroupSpec{MinMember: 1},
 		},
-		"the queue annotation of the runtime's template wins over its queue field": {
+		"the runtime's queue field binds: no annotation moves its TrainJobs to another queue": {
 			runtime:            utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			runtimeAnnotations: queueAnnotation("batch"),
+			trainJob: func() *trainer.TrainJob {
+				o := tj().Obj()
+				o.Spec.Annotations = queueAnnotation("urgent")
+				return o
+			}(),
+			want: volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "research"},
+		},
+		"without a queue field, the queue annotation of the runtime's template": {
+			runtime:            utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
 			runtimeAnnotations: queueAnnotation("batch"),
 			trainJob:           tj().Obj(),
 			want:               volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "batch"},
 		},
-		"a TrainJob chooses its queue with the annotation in spec.annotations": {
-			runtime:            utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+		"without a queue field, a TrainJob chooses its queue with the annotation in spec.annotations": {
+			runtime:            utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
 			runtimeAnnotations: queueAnnotation("batch"),
 			trainJob: func() *trainer.TrainJob {
 				o := tj().Obj()
@@ -328,7 +338,7 @@ func TestVolcanoPodGroupSpec(t *testing.T) {
 			want: volcanov1beta1.PodGroupSpec{MinMember: 1, Queue: "urgent"},
 		},
 		"a runtime patch's queue annotation wins over the TrainJob's": {
-			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{Queue: ptr.To("research")})),
+			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(node("")).PodGroupPolicy(volcano(trainer.VolcanoPodGroupPolicySource{})),
 			trainJob: func() *trainer.TrainJob {
 				o := tj().RuntimePatches(trainer.RuntimePatch{Manager: "kueue", TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
 					Template: &trainer.JobSetTemplatePatch{Metadata: &trainer.MetadataPatch{Annotations: queueAnnotation("from-patch")}},

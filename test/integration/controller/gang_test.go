@@ -104,12 +104,11 @@ func TestVolcanoPodGroup(t *testing.T) {
 
 // TestVolcanoPodGroupPlacement: the Volcano PodGroup the API server stores has the runtime's
 // network topology (with the schema's defaults), the priority class of the gang's pods, and the
-// queue the TrainJob chose with Volcano's queue annotation over the runtime's.
+// queue the TrainJob chose with Volcano's queue annotation, its runtime naming none.
 func TestVolcanoPodGroupPlacement(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	gangRuntime(t, ns, trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{
-		Queue:           ptr.To("research"),
 		NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.SoftNetworkTopologyMode},
 	}}, func(spec *trainer.TrainingRuntimeSpec) {
 		spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.PriorityClassName = "training-high"
