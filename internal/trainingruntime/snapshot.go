@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,14 +43,39 @@ type snapshotObject struct {
 	Spec trainer.TrainingRuntimeSpec `json:"spec"`
 }
 
-// Snapshot is a runtime's snapshot for a TrainJob: the ConfigMap to create, and its record for
-// the TrainJob's status.
-func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner metav1.OwnerReference) (*corev1.ConfigMap, *trainer.RuntimeSnapshot, error) {
+// MaxSnapshotSize is the most a runtime's copy may take: a ConfigMap holds at most 1 MiB, its
+// metadata included.
+const MaxSnapshotSize = 1<<20 - 16<<10
+
+// encode is a runtime's copy, as its snapshot holds it.
+func encode(rt *Runtime) ([]byte, error) {
 	obj := snapshotObject{TypeMeta: metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: rt.Kind}, Spec: *rt.Spec}
 	obj.Metadata.Name = rt.Name
 	data, err := yaml.Marshal(obj)
 	if err != nil {
-		return nil, nil, fmt.Errorf("writing the snapshot of %s: %w", rt, err)
+		return nil, fmt.Errorf("writing the snapshot of %s: %w", rt, err)
+	}
+	return data, nil
+}
+
+// CheckSnapshotSize refuses a runtime too large for its TrainJobs to keep a copy of.
+func CheckSnapshotSize(rt *Runtime) error {
+	data, err := encode(rt)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxSnapshotSize {
+		return fmt.Errorf("it takes %d bytes as YAML, and its TrainJobs keep a copy of it in a ConfigMap, which holds at most %d", len(data), MaxSnapshotSize)
+	}
+	return nil
+}
+
+// Snapshot is a runtime's snapshot for a TrainJob: the ConfigMap to create, and its record for
+// the TrainJob's status.
+func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner metav1.OwnerReference) (*corev1.ConfigMap, *trainer.RuntimeSnapshot, error) {
+	data, err := encode(rt)
+	if err != nil {
+		return nil, nil, err
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -113,6 +139,10 @@ func (r *Runtime) Load(ctx context.Context, c client.Reader, tj *trainer.TrainJo
 	}
 	if obj.Kind != r.Kind || obj.Metadata.Name != r.Name {
 		return nil, fmt.Errorf("%w: ConfigMap %q holds %s %q, not %s", ErrSnapshotUnusable, r.snapshot.ConfigMap, obj.Kind, obj.Metadata.Name, r)
+	}
+	// The policies the status records (which chose the controllers) are the copy's.
+	if !equality.Semantic.DeepEqual(obj.Spec.MLPolicy, r.snapshot.MLPolicy) || !equality.Semantic.DeepEqual(obj.Spec.PodGroupPolicy, r.snapshot.PodGroupPolicy) {
+		return nil, fmt.Errorf("%w: status.runtimeSnapshot's policies are not those of the copy in ConfigMap %q", ErrSnapshotUnusable, r.snapshot.ConfigMap)
 	}
 	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: &obj.Spec, snapshot: r.snapshot}, nil
 }

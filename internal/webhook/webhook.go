@@ -274,6 +274,9 @@ func (w runtimeWebhook[T]) validate(obj T) (admission.Warnings, error) {
 	spec := w.spec(obj)
 	probe := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: obj.GetNamespace()}}
 	rt := &trainingruntime.Runtime{Kind: w.kind, Name: obj.GetName(), Spec: spec}
+	if err := trainingruntime.CheckSnapshotSize(rt); err != nil {
+		return nil, invalid(w.kind, obj.GetName(), field.Forbidden(field.NewPath("spec"), "the runtime is too large: "+err.Error()))
+	}
 	_, err := pipeline.Build(probe, rt, framework.Select(w.frameworks, spec.MLPolicy))
 	var re *framework.RuntimeError
 	if errors.As(err, &re) {

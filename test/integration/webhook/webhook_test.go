@@ -253,6 +253,8 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs[1].template.spec.template.spec.priorityClassName: Invalid value: "high": replicated job "node" names priority class "high" and replicated job "launcher" names "low"`}},
 
 		// Runtimes the schema refuses, before the webhook.
+		{"a runtime too large for its TrainJobs to keep a copy of", rt("r15", utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "BIG", strings.Repeat("x", 1100<<10)))),
+			[]string{`spec: Forbidden: the runtime is too large: it takes`, "its TrainJobs keep a copy of it in a ConfigMap, which holds at most 1032192"}},
 		{"a runtime with two frameworks", rt("r13", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).JAX()),
 			[]string{"spec.mlPolicy", "at most one of torch, mpi, xgboost, jax and flux may be set"}},
 		{"a runtime with torch and flux", rt("r19", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Flux(&trainer.FluxMLPolicySource{})),
