@@ -215,7 +215,7 @@ func TestFluxRuntime(t *testing.T) {
 	assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/init.sh"}, installer.Command)
 	node := container(t, js, "node", "node")
 	assert.Equal(t, "ubuntu:22.04", node.Image)
-	assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp -in in.reaxff.hns"}, node.Command)
+	assert.Equal(t, []string{"/bin/bash", "/etc/flux-config/entrypoint.sh", "lmp", "-in", "in.reaxff.hns"}, node.Command)
 	assert.Empty(t, node.Args)
 	mounts := map[string]string{}
 	for _, m := range node.VolumeMounts {
