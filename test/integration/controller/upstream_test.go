@@ -94,7 +94,9 @@ func TestAnUpgradeKeepsTheClockOfAResumedTrainJob(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("upgraded", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).Obj()
 	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](6)
 	require.NoError(t, k8sClient.Create(ctx, tj))
-	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, trainer.TrainJobSuspended, tj.Status.State) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, trainer.TrainJobSuspended, tj.Status.State)
+	})
 	time.Sleep(7 * time.Second) // Suspended longer than the deadline: its clock is stopped.
 	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
 	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
