@@ -24,6 +24,9 @@ type Options struct {
 	ValidatingWebhookConfiguration, MutatingWebhookConfiguration string
 	// CertDir is where the webhook server reads tls.crt and tls.key.
 	CertDir string
+	// ControllerName names the rotator's controller, unique in the process; empty means
+	// cert-controller's own name. A test that starts a second manager gives another.
+	ControllerName string
 }
 
 // The rotator reads and updates its own Secret in the operator's namespace only; the operator's
@@ -59,6 +62,7 @@ func Rotate(mgr ctrl.Manager, o Options) (<-chan struct{}, error) {
 		},
 		// Every replica serves webhooks, leader or not, so every replica needs the certificate.
 		RequireLeaderElection: false,
+		ControllerName:        o.ControllerName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the certificate rotator: %w", err)

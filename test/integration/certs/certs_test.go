@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestRotatedCertificate(t *testing.T) {
 	ctx := context.Background()
 	cluster, err := testenv.Start()
 	require.NoError(t, err)
-	defer cluster.Stop()
+	t.Cleanup(cluster.Stop) // After the managers' cleanups, registered later.
 	c := cluster.Client
 
 	// The install's namespace, empty certificate Secret and webhook configurations.
@@ -48,44 +49,26 @@ func TestRotatedCertificate(t *testing.T) {
 		}
 	}
 
-	certDir := t.TempDir()
-	port := freePort(t)
-	mgr, err := ctrl.NewManager(cluster.Env.Config, ctrl.Options{
-		Scheme:        testenv.Scheme,
-		Metrics:       metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
-	})
-	require.NoError(t, err)
 	opts := certs.Options{
 		Namespace:                      "trainjob-system",
 		SecretName:                     "trainjob-webhook-server-cert",
 		ServiceName:                    "trainjob-webhook-service",
 		ValidatingWebhookConfiguration: "trainjob-validating-webhook-configuration",
 		MutatingWebhookConfiguration:   "trainjob-mutating-webhook-configuration",
-		CertDir:                        certDir,
 	}
-	certsReady, err := certs.Rotate(mgr, opts)
-	require.NoError(t, err)
-	ready := operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(), certsReady)
-	mgrCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	defer func() { cancel(); <-done }()
-
-	require.Error(t, ready(nil), "ready before there is a certificate")
-
-	// Kubelet's part: the Secret's keys appear as files in the mount once it has them.
-	secret := &corev1.Secret{}
-	require.Eventually(t, func() bool {
-		return c.Get(ctx, client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, secret) == nil &&
-			len(secret.Data["tls.crt"]) > 0
-	}, 30*time.Second, 100*time.Millisecond, "the rotator did not fill the Secret")
-	for name, data := range secret.Data {
-		require.NoError(t, os.WriteFile(filepath.Join(certDir, name), data, 0o600))
+	// The webhook server listens on a port found free a moment before: another test process may
+	// take it meanwhile, and the manager then stops. It is started again on another.
+	var port int
+	var secret *corev1.Secret
+	for attempt := 1; ; attempt++ {
+		var stopped error
+		port, secret, stopped = runManager(t, cluster, opts)
+		if stopped == nil {
+			break
+		}
+		require.ErrorContains(t, stopped, "address already in use", "the manager stopped")
+		require.Less(t, attempt, 3, "no free port for the webhook server")
 	}
-
-	require.Eventually(t, func() bool { return ready(nil) == nil }, 60*time.Second, 200*time.Millisecond,
-		"readyz did not pass once the certificate was mounted")
 
 	// The CA is in every webhook of both configurations...
 	ca := secret.Data["ca.crt"]
@@ -109,6 +92,52 @@ func TestRotatedCertificate(t *testing.T) {
 	})
 	require.NoError(t, err, "the served certificate does not verify against the injected CA")
 	require.NoError(t, conn.Close())
+}
+
+// runManager starts a manager with the certificate rotation and the webhooks, plays kubelet's part
+// (the Secret's keys appear as files in the mount once it has them), and waits for readyz to pass.
+// It returns the webhook server's port and the Secret, or the error the manager stopped with.
+func runManager(t *testing.T, cluster *testenv.Cluster, opts certs.Options) (int, *corev1.Secret, error) {
+	ctx := context.Background()
+	c := cluster.Client
+	opts.CertDir = t.TempDir()
+	port := freePort(t)
+	opts.ControllerName = fmt.Sprintf("cert-rotator-%d", port) // Unique in the process, for a second try.
+	mgr, err := ctrl.NewManager(cluster.Env.Config, ctrl.Options{
+		Scheme:        testenv.Scheme,
+		Metrics:       metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: opts.CertDir}),
+	})
+	require.NoError(t, err)
+	certsReady, err := certs.Rotate(mgr, opts)
+	require.NoError(t, err)
+	ready := operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(), certsReady)
+	mgrCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	require.Error(t, ready(nil), "ready before there is a certificate")
+	secret := &corev1.Secret{}
+	require.Eventually(t, func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: opts.Namespace, Name: opts.SecretName}, secret) == nil &&
+			len(secret.Data["tls.crt"]) > 0
+	}, 30*time.Second, 100*time.Millisecond, "the rotator did not fill the Secret")
+	for name, data := range secret.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(opts.CertDir, name), data, 0o600))
+	}
+
+	var stopped error
+	require.Eventually(t, func() bool {
+		select {
+		case stopped = <-done:
+			done <- stopped // For the cleanup.
+			return true
+		default:
+			return ready(nil) == nil
+		}
+	}, 60*time.Second, 200*time.Millisecond, "readyz did not pass once the certificate was mounted")
+	return port, secret, stopped
 }
 
 func freePort(t *testing.T) int {
