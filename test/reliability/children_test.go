@@ -25,6 +25,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework/mpi"
 	"github.com/trainjob/operator/internal/progress"
+	"github.com/trainjob/operator/internal/trainingruntime"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -137,7 +138,8 @@ func secretData(secret *corev1.Secret) string {
 }
 
 // check compares what the watches saw, and what is there now, with what each TrainJob must have:
-// with progress, the ConfigMap of the progress endpoint's CA as well.
+// its JobSet and runtime snapshot, its framework's and gang's children, and with progress, the
+// ConfigMap of the progress endpoint's CA as well.
 func (s *children) check(t *testing.T, ns string, jobs []submitted, withProgress bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -145,6 +147,7 @@ func (s *children) check(t *testing.T, ns string, jobs []submitted, withProgress
 	want := map[string]map[string]string{"JobSet": {}, "Secret": {}, "ConfigMap": {}, "PodGroup": {}}
 	for _, j := range jobs {
 		want["JobSet"][j.name] = j.name
+		want["ConfigMap"][trainingruntime.SnapshotName(j.name)] = j.name
 		if kinds[j.kind].mpi {
 			want["Secret"][j.name+mpi.SSHAuthSecretSuffix] = j.name
 			want["ConfigMap"][j.name+mpi.HostfileConfigMapSuffix] = j.name
