@@ -130,6 +130,15 @@ func (b *Draft) Labels() map[string]string {
 	return map[string]string{trainer.TrainJobNameLabel: b.TrainJob.Name}
 }
 
+// ChildMeta is the metadata of an object the TrainJob's build makes beside its JobSet: named
+// name, in the TrainJob's namespace, with its label, and the TrainJob as its controller owner.
+func (b *Draft) ChildMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: b.TrainJob.Namespace, Labels: b.Labels(),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(b.TrainJob)},
+	}
+}
+
 // OwnerReference makes the TrainJob the controller owner of a child, so that the child is
 // garbage-collected with it and its events reach the TrainJob's controller.
 func OwnerReference(tj *trainer.TrainJob) metav1.OwnerReference {

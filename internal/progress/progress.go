@@ -21,7 +21,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -124,11 +123,8 @@ func (e *Endpoint) caPEM() ([]byte, error) {
 func (e *Endpoint) inject(b *framework.Draft, ca []byte) {
 	tj := b.TrainJob
 	b.Create = append(b.Create, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: ConfigMapName(tj.Name), Namespace: tj.Namespace, Labels: b.Labels(),
-			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
-		},
-		Data: map[string]string{caFile: string(ca)},
+		ObjectMeta: b.ChildMeta(ConfigMapName(tj.Name)),
+		Data:       map[string]string{caFile: string(ca)},
 	})
 
 	pod := &b.TrainerJob().Template.Spec.Template.Spec

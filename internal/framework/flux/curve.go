@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/trainjob/operator/internal/framework"
@@ -33,15 +32,10 @@ func curveSecret(b *framework.Draft) (*corev1.Secret, error) {
 	}
 	tj := b.TrainJob
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            tj.Name + CurveSecretSuffix,
-			Namespace:       tj.Namespace,
-			Labels:          b.Labels(),
-			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
-		},
-		Type:      corev1.SecretTypeOpaque,
-		Immutable: ptr.To(true),
-		Data:      map[string][]byte{CurveCertKey: []byte(curveCert(tj.Namespace+"/"+tj.Name, tj.Name, key))},
+		ObjectMeta: b.ChildMeta(tj.Name + CurveSecretSuffix),
+		Type:       corev1.SecretTypeOpaque,
+		Immutable:  ptr.To(true),
+		Data:       map[string][]byte{CurveCertKey: []byte(curveCert(tj.Namespace+"/"+tj.Name, tj.Name, key))},
 	}, nil
 }
 

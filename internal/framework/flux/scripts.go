@@ -7,7 +7,6 @@ import (
 	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainjob/operator/internal/framework"
 )
@@ -68,11 +67,8 @@ func scriptsConfigMap(b *framework.Draft, set settings, tasks int32, gpusPerTask
 		return nil, err
 	}
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: tj.Name + ScriptsConfigMapSuffix, Namespace: tj.Namespace, Labels: b.Labels(),
-			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
-		},
-		Data: map[string]string{InitScriptKey: initSh, EntrypointScriptKey: entrypoint},
+		ObjectMeta: b.ChildMeta(tj.Name + ScriptsConfigMapSuffix),
+		Data:       map[string]string{InitScriptKey: initSh, EntrypointScriptKey: entrypoint},
 	}, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -78,11 +77,8 @@ func addHostfile(b *framework.Draft, text, env string) {
 	tj := b.TrainJob
 	name := tj.Name + HostfileConfigMapSuffix
 	b.Create = append(b.Create, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: tj.Namespace, Labels: b.Labels(),
-			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
-		},
-		Data: map[string]string{HostfileKey: text},
+		ObjectMeta: b.ChildMeta(name),
+		Data:       map[string]string{HostfileKey: text},
 	})
 
 	pod := &b.TrainerJob().Template.Spec.Template.Spec

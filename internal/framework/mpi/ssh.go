@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/trainjob/operator/internal/framework"
@@ -84,14 +83,9 @@ func sshAuthSecret(b *framework.Draft) (*corev1.Secret, error) {
 		return nil, fmt.Errorf("generating the SSH keys of TrainJob %s/%s: %w", b.TrainJob.Namespace, b.TrainJob.Name, err)
 	}
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            b.TrainJob.Name + SSHAuthSecretSuffix,
-			Namespace:       b.TrainJob.Namespace,
-			Labels:          b.Labels(),
-			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(b.TrainJob)},
-		},
-		Type:      corev1.SecretTypeSSHAuth,
-		Immutable: ptr.To(true),
+		ObjectMeta: b.ChildMeta(b.TrainJob.Name + SSHAuthSecretSuffix),
+		Type:       corev1.SecretTypeSSHAuth,
+		Immutable:  ptr.To(true),
 		Data: map[string][]byte{
 			corev1.SSHAuthPrivateKey: private,
 			SSHPublicKeyKey:          public,
