@@ -1,0 +1,255 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of TrainJob status.conditions.
+const (
+	// TrainJobCreated is True once the TrainJob's children are applied to the cluster.
+	TrainJobCreated = "Created"
+
+	// TrainJobSuspended is True while the TrainJob is suspended.
+	TrainJobSuspended = "Suspended"
+
+	// TrainJobRunning is True while every pod of the training (every node's, and MPI's launcher;
+	// not the initializers') is ready. It is False once they were and no longer are, and when the TrainJob is
+	// suspended or finished.
+	TrainJobRunning = "Running"
+
+	// TrainJobComplete is True when the TrainJob finished successfully. It is terminal.
+	TrainJobComplete = "Complete"
+
+	// TrainJobFailed is True when the TrainJob failed. It is terminal.
+	TrainJobFailed = "Failed"
+)
+
+// Condition reasons of TrainJob status.conditions.
+const (
+	// TrainJobJobsBuildFailedReason explains Created=False when the children could not be built
+	// from the TrainJob and its runtime.
+	TrainJobJobsBuildFailedReason = "JobsBuildFailed"
+
+	// TrainJobJobsCreationFailedReason explains Created=False when the children were built but could
+	// not be applied to the cluster.
+	TrainJobJobsCreationFailedReason = "JobsCreationFailed"
+
+	// TrainJobObjectNotOwnedReason explains Created=False when an object of the name of one of
+	// the TrainJob's children (its JobSet, PodGroup, MPI Secret or ConfigMaps) exists that is not
+	// the TrainJob's: the operator never changes, mounts or deletes it, and the TrainJob waits for
+	// it to go.
+	TrainJobObjectNotOwnedReason = "ObjectNotOwned"
+
+	// TrainJobPodGroupCreationFailedReason explains Created=False when the API server refused the
+	// TrainJob's PodGroup (a closed or missing Volcano queue, a quota, a policy): its pods do not
+	// start without their gang, and the PodGroup is tried again.
+	TrainJobPodGroupCreationFailedReason = "PodGroupCreationFailed"
+
+	// TrainJobJobsCreatedReason explains Created=True.
+	TrainJobJobsCreatedReason = "JobsCreated"
+
+	// TrainJobSuspendedReason explains Suspended=True.
+	TrainJobSuspendedReason = "Suspended"
+
+	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed.
+	TrainJobResumedReason = "Resumed"
+
+	// TrainJobNodesReadyReason explains Running=True.
+	TrainJobNodesReadyReason = "NodesReady"
+
+	// TrainJobNodesNotReadyReason explains Running=False while a pod of the training is not ready.
+	TrainJobNodesNotReadyReason = "NodesNotReady"
+
+	// TrainJobFinishedReason explains Running=False once the TrainJob is Complete or Failed.
+	TrainJobFinishedReason = "Finished"
+
+	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
+	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
+
+	// TrainJobProgressUnavailableReason is the reason of the Warning event of a TrainJob built
+	// without progress reporting: the operator cannot read the CA its trainer would need.
+	TrainJobProgressUnavailableReason = "ProgressUnavailable"
+
+	// TrainJobRebuildingReason explains Suspended=True for a TrainJob that was suspended, changed
+	// and resumed while the operator did not see it: its JobSet, still running the previous spec,
+	// is stopped and built again, then resumed.
+	TrainJobRebuildingReason = "Rebuilding"
+
+	// TrainJobJobSetDeletedReason explains Failed=True when the TrainJob's JobSet was deleted
+	// after its pods may have run, before the operator saw it finish: how the training ended is
+	// unknown, and it is never run a second time. Create the TrainJob again to run it again.
+	TrainJobJobSetDeletedReason = "JobSetDeleted"
+
+	// TrainJobDeadlineExceededReason explains Failed=True when the TrainJob ran longer than
+	// spec.activeDeadlineSeconds, as for a Job.
+	TrainJobDeadlineExceededReason = "DeadlineExceeded"
+)
+
+// TrainJobPending is status.state of a TrainJob whose JobSet is not made yet, or cannot be (a
+// Created condition that is False says why). Its other states are named as the conditions are:
+// Created (its JobSet made, not every pod of its training ready), Running, Suspended, Complete
+// and Failed.
+const TrainJobPending = "Pending"
+
+// TrainJobStatus is the observed state of a TrainJob.
+type TrainJobStatus struct {
+	// State is the TrainJob's state, for people and tools that want one word: Pending, Created,
+	// Running, Suspended, Complete or Failed (the STATE column). It is the first of Complete,
+	// Failed, Suspended, Running and Created that holds, else Pending; it is kept whichever
+	// conditions the operator writes.
+	// +optional
+	// +kubebuilder:validation:Enum=Pending;Created;Running;Suspended;Complete;Failed
+	State string `json:"state,omitempty"`
+
+	// StartTime is when the TrainJob last started: when its JobSet was first made not suspended,
+	// or when it was last resumed. spec.activeDeadlineSeconds counts from it, as a Job's does.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// ObservedGeneration is the TrainJob's generation its JobSet was last made from, or brought
+	// in line with.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions of the TrainJob. By default, upstream Kubeflow Trainer's: Suspended while the
+	// TrainJob is suspended (removed when it is resumed), the terminal Complete or Failed, and
+	// Created=False while its JobSet cannot be made, with the reason; so that upstream's Python SDK,
+	// which sees a TrainJob Running only while it has no condition, sees it run. A manager started
+	// with --conditions=all writes the seed's Created and this operator's Running as well, and keeps
+	// Suspended=False after a resume. They are kept in the order Complete, Failed, Suspended,
+	// Running, Created, most significant first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// JobsStatus counts the Jobs of each of the JobSet's replicated jobs by state.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	JobsStatus []JobStatus `json:"jobsStatus,omitempty"`
+
+	// Ready is, for display, how many pods of the training (every node's, and MPI's launcher; not
+	// the initializers') are ready, over how many there are: "2/2" once the training runs. JobSet
+	// counts ready Jobs, not pods: a Job's pods count once all of them are ready. jobsStatus holds
+	// the counts per replicated job.
+	// +optional
+	// +kubebuilder:validation:MaxLength=24
+	Ready string `json:"ready,omitempty"`
+
+	// RuntimeSnapshot is the runtime the TrainJob is built from: its runtime as it was when the
+	// TrainJob was first built, kept in a ConfigMap the TrainJob owns. An edit or the deletion of
+	// the runtime never changes a TrainJob once built, not even one rebuilt after an edit while
+	// suspended (upstream Kubeflow Trainer's KEP-2599).
+	// +optional
+	RuntimeSnapshot *RuntimeSnapshot `json:"runtimeSnapshot,omitempty"`
+
+	// TrainerStatus is the progress the trainer last reported to the operator's progress
+	// endpoint (upstream Kubeflow Trainer's shape): the URL, CA and a token of the TrainJob's own
+	// are in the trainer container's KUBEFLOW_TRAINER_SERVER_* env vars. Nil until a report
+	// arrives. Reports are written at most once per TrainJob per interval, the latest winning.
+	// +optional
+	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
+}
+
+// RuntimeSnapshot is where a TrainJob's runtime is kept, and what the operator reads of it
+// without reading the copy: its framework and gang policies.
+type RuntimeSnapshot struct {
+	// ConfigMap is the name of the ConfigMap, in the TrainJob's namespace, that holds the runtime
+	// as YAML under the key "runtime": <TrainJob>-runtime-snapshot, as upstream names it.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMap string `json:"configMap"`
+
+	// Digest is "sha256:" and the hex SHA-256 of that YAML. A copy that no longer matches it was
+	// changed by someone other than the operator, and is not built from.
+	// +required
+	// +kubebuilder:validation:MaxLength=71
+	Digest string `json:"digest"`
+
+	// MLPolicy is the runtime's framework policy, which decides the controller that runs the
+	// TrainJob.
+	// +optional
+	MLPolicy *MLPolicy `json:"mlPolicy,omitempty"`
+
+	// PodGroupPolicy is the runtime's gang policy.
+	// +optional
+	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
+}
+
+// TrainerStatus is the progress of a TrainJob's trainer, as it reports it.
+// +kubebuilder:validation:XValidation:rule="has(self.lastUpdatedTime)",message="lastUpdatedTime is required when trainerStatus is present"
+type TrainerStatus struct {
+	// ProgressPercentage is how much of the training is done, from 0 to 100; empty if unknown.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	ProgressPercentage *int32 `json:"progressPercentage,omitempty"`
+
+	// EstimatedRemainingSeconds is how long the training still needs; empty if unknown.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	EstimatedRemainingSeconds *int32 `json:"estimatedRemainingSeconds,omitempty"`
+
+	// Metrics are the trainer's latest figures, such as loss or accuracy.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Metrics []Metric `json:"metrics,omitempty"`
+
+	// LastUpdatedTime is when the trainer reported this.
+	// +optional
+	LastUpdatedTime metav1.Time `json:"lastUpdatedTime,omitempty"`
+}
+
+// Metric is one named figure of the trainer's.
+type Metric struct {
+	// Name of the metric, e.g. "loss" or "eval_accuracy".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Name string `json:"name"`
+
+	// Value of the metric, as text.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Value string `json:"value"`
+}
+
+// UpdateTrainJobStatusRequest is the body a trainer posts to the progress endpoint.
+type UpdateTrainJobStatusRequest struct {
+	// TrainerStatus is the trainer's progress; a request without it changes nothing.
+	// +optional
+	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
+}
+
+// JobStatus counts the Jobs of one replicated job by state.
+type JobStatus struct {
+	// Name of the replicated job.
+	// +required
+	Name string `json:"name"`
+
+	// Ready is the number of Jobs whose pods are all ready or completed.
+	// +required
+	Ready int32 `json:"ready"`
+
+	// Succeeded is the number of Jobs that completed successfully.
+	// +required
+	Succeeded int32 `json:"succeeded"`
+
+	// Failed is the number of Jobs that failed.
+	// +required
+	Failed int32 `json:"failed"`
+
+	// Active is the number of Jobs with at least one pod running or pending.
+	// +required
+	Active int32 `json:"active"`
+
+	// Suspended is the number of Jobs that are suspended.
+	// +required
+	Suspended int32 `json:"suspended"`
+}

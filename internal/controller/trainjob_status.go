@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
+)
+
+// Writing a TrainJob's status, and what is told once it is written.
+
+// told emits the events and counts the metrics of a status written over before; reason and all
+// are what settle returned.
+func (r *TrainJobReconciler) told(tj *trainer.TrainJob, before *trainer.TrainJobStatus, reason string, all []metav1.Condition) {
+	recordTransitions(r.recorder, tj, before.Conditions)
+	if r.conditions == UpstreamConditions {
+		tellState(r.recorder, tj, statusState(before), all)
+	}
+	recordMetrics(r.framework, tj, before, reason)
+}
+
+// commit writes the TrainJob's status as it is now, ahead of a step that must not happen before
+// the status says so, and tells the transitions; before becomes the status written. A conflict
+// asks for the TrainJob to be reconciled again, the step not taken.
+func (r *TrainJobReconciler) commit(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus) (ctrl.Result, error) {
+	reason, all := settle(tj, before, r.conditions)
+	switch err := r.writeStatusAndRead(ctx, tj); {
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+	}
+	r.told(tj, before, reason, all)
+	*before = *tj.Status.DeepCopy()
+	return ctrl.Result{}, nil
+}
+
+// writeStatus writes the TrainJob's status. The TrainJob the API server answers with is not
+// decoded: the next reconcile reads the TrainJob from the cache, and the strings of a decoded
+// answer would outlive the reconcile in the events that refer to the TrainJob, which refer to
+// the cached ones instead.
+func (r *TrainJobReconciler) writeStatus(ctx context.Context, tj *trainer.TrainJob) error {
+	_, err := r.putStatus(ctx, tj)
+	return err
+}
+
+// writeStatusAndRead writes the TrainJob's status ahead of the reconcile's own write, which it
+// makes a no-op: the written TrainJob's resourceVersion is read from the answer.
+func (r *TrainJobReconciler) writeStatusAndRead(ctx context.Context, tj *trainer.TrainJob) error {
+	answer, err := r.putStatus(ctx, tj)
+	if err != nil {
+		return err
+	}
+	var written metav1.PartialObjectMetadata
+	if err := json.Unmarshal(answer, &written); err != nil {
+		return err
+	}
+	tj.ResourceVersion = written.ResourceVersion
+	return nil
+}
+
+// putStatus sends the TrainJob's status and returns the API server's answer, undecoded.
+func (r *TrainJobReconciler) putStatus(ctx context.Context, tj *trainer.TrainJob) ([]byte, error) {
+	sent := *tj
+	sent.TypeMeta = metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind}
+	body, err := json.Marshal(&sent)
+	if err != nil {
+		return nil, err
+	}
+	return r.trainJobs.Put().Namespace(tj.Namespace).Resource("trainjobs").Name(tj.Name).SubResource("status").
+		Param("fieldManager", statusFieldManager).
+		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body).
+		Do(ctx).Raw()
+}
+
+// takeSnapshot keeps a copy of the runtime for the TrainJob, in a ConfigMap it owns, and records
+// it in the status, written at once: once a JobSet is made, the TrainJob is built from the copy.
+// Until then each try at the first JobSet keeps the runtime as it is then: a ConfigMap of the name
+// that is the TrainJob's own (an earlier try's) gets it; anyone else's is never touched.
+func (r *TrainJobReconciler) takeSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, before *trainer.TrainJobStatus) (ctrl.Result, error) {
+	cm, snapshot, err := trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
+	if err != nil {
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
+		return ctrl.Result{}, nil
+	}
+	if recorded := tj.Status.RuntimeSnapshot; recorded != nil && recorded.Digest == snapshot.Digest {
+		return ctrl.Result{}, nil // Kept already, by an earlier try at the first JobSet.
+	}
+	switch err := createChild(ctx, r.client, tj, cm, client.FieldOwner(fieldManager(r.framework))); {
+	case isNotOurs(err):
+		setNotOurs(tj, err)
+		return ctrl.Result{RequeueAfter: notOursRetry}, nil
+	case permanent(err):
+		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+			fmt.Sprintf("Keeping a copy of %s in ConfigMap %q: %v", rt, cm.Name, err))
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("keeping a copy of %s for %s: %w", rt, klog.KObj(tj), err)
+	}
+	tj.Status.RuntimeSnapshot = snapshot
+	return r.commit(ctx, tj, before)
+}
