@@ -80,6 +80,14 @@ const (
 	// unknown, and it is never run a second time. Create the TrainJob again to run it again.
 	TrainJobJobSetDeletedReason = "JobSetDeleted"
 
+	// TrainJobPodFailedReason is the reason of the Warning event of a TrainJob one of whose pods
+	// failed: the event says which, how, on which node, and its last log lines.
+	TrainJobPodFailedReason = "PodFailed"
+
+	// TrainJobRestartedReason is the reason of the Warning event of a TrainJob all of whose pods
+	// were restarted: the event says which attempt this is and why.
+	TrainJobRestartedReason = "Restarted"
+
 	// TrainJobDeadlineExceededReason explains Failed=True when the TrainJob ran longer than
 	// spec.activeDeadlineSeconds, as for a Job.
 	TrainJobDeadlineExceededReason = "DeadlineExceeded"
@@ -147,12 +155,94 @@ type TrainJobStatus struct {
 	// +optional
 	RuntimeSnapshot *RuntimeSnapshot `json:"runtimeSnapshot,omitempty"`
 
+	// Failure is the first pod failure of the TrainJob's latest attempt that had one: why a
+	// Failed TrainJob failed, and why a running one was restarted. Nil until a pod of the
+	// TrainJob fails. The operator reads the failed pod once, when its Job counts it.
+	// +optional
+	Failure *PodFailure `json:"failure,omitempty"`
+
+	// Restarts is how many times the TrainJob's JobSet restarted all of its pods after a failure,
+	// under the runtime's spec.template.spec.failurePolicy.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Restarts int32 `json:"restarts,omitempty"`
+
 	// TrainerStatus is the progress the trainer last reported to the operator's progress
 	// endpoint (upstream Kubeflow Trainer's shape): the URL, CA and a token of the TrainJob's own
 	// are in the trainer container's KUBEFLOW_TRAINER_SERVER_* env vars. Nil until a report
 	// arrives. Reports are written at most once per TrainJob per interval, the latest winning.
 	// +optional
 	TrainerStatus *TrainerStatus `json:"trainerStatus,omitempty"`
+}
+
+// PodFailure is how one pod of a TrainJob failed, as the operator read it from the pod.
+type PodFailure struct {
+	// Pod is the name of the pod that failed.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+
+	// ReplicatedJob is the pod's role: the name of its replicated job, such as "node", "launcher"
+	// or "dataset-initializer".
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ReplicatedJob string `json:"replicatedJob,omitempty"`
+
+	// Rank is the pod's completion index in its Job: the node's rank for the trainer of every
+	// framework (PET_NODE_RANK, JAX_PROCESS_ID, the MPI hostfile's order).
+	// +optional
+	Rank *int32 `json:"rank,omitempty"`
+
+	// Attempt is the JobSet's restart attempt the pod belonged to: 0 for the first run, then one
+	// more for each restart (status.restarts).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// Container is the container that failed; empty when the pod failed as a whole (evicted,
+	// preempted, its node lost).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Container string `json:"container,omitempty"`
+
+	// ExitCode is the container's exit code.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+
+	// Signal is the signal that ended the container, when it was killed by one: the kubelet's
+	// report, else the exit code minus 128 for exit codes above 128 (137 is SIGKILL, 9).
+	// +optional
+	Signal *int32 `json:"signal,omitempty"`
+
+	// Reason is the short cause: the container's (OOMKilled, Error, ContainerCannotRun,
+	// DeadlineExceeded), else the pod's (Evicted, Preempted, NodeLost, DeadlineExceeded, ...), or
+	// a container's waiting reason (ImagePullBackOff, CrashLoopBackOff, ...) for a pod that never
+	// ran. The REASON column.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason"`
+
+	// Message is the container's termination message: the last lines of its log (at most 20
+	// lines and 2 KiB) when it failed without writing one, which the operator asks the kubelet
+	// for by building containers with terminationMessagePolicy FallbackToLogsOnError; else the
+	// pod's message (an eviction's, a preemption's).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Message string `json:"message,omitempty"`
+
+	// Node is the node the pod ran on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+
+	// NodeCaused tells that the node, not the training, was the cause: the pod was evicted for
+	// the node's pressure, the node was lost, shut down or tainted, or refused the pod.
+	// +optional
+	NodeCaused bool `json:"nodeCaused,omitempty"`
+
+	// Time is when the pod failed: its container's finish, else when the operator read it.
+	// +required
+	Time metav1.Time `json:"time"`
 }
 
 // RuntimeSnapshot is where a TrainJob's runtime is kept, and what the operator reads of it

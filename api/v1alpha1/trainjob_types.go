@@ -32,6 +32,8 @@ const (
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`,description="Pods of the training that are ready, over their number (every node's, and MPI's launcher)"
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="Number of training nodes set by the TrainJob; empty means the runtime's"
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`,description="How many times JobSet restarted all of the TrainJob's pods after a failure"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.failure.reason`,description="Why the first pod of the latest failed attempt failed: OOMKilled, Error, Evicted, ..."
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Progress",type=integer,JSONPath=`.status.trainerStatus.progressPercentage`,priority=1,description="Percent of the training done, as the trainer last reported it"
 // +kubebuilder:printcolumn:name="Remaining",type=integer,JSONPath=`.status.trainerStatus.estimatedRemainingSeconds`,priority=1,description="Seconds the training still needs, as the trainer last estimated it"

@@ -100,8 +100,8 @@ func (f *firstPods) forget(key types.NamespacedName) {
 	delete(f.seen, key)
 }
 
-// keepJobCounts keeps of a Job what firstPods reads: its name, creation time, TrainJob name
-// label and counts of ready and succeeded pods. The rest of it, its pod template above all, is
+// keepJobCounts keeps of a Job what firstPods and podFailures read: its name, UID, creation
+// time, TrainJob name label and counts of ready, succeeded and failed pods. The rest of it, its pod template above all, is
 // never read.
 func keepJobCounts(obj any) (any, error) {
 	job, ok := obj.(*batchv1.Job)
@@ -117,6 +117,6 @@ func keepJobCounts(obj any) (any, error) {
 			CreationTimestamp: job.CreationTimestamp,
 			Labels:            map[string]string{trainer.TrainJobNameLabel: job.Labels[trainer.TrainJobNameLabel]},
 		},
-		Status: batchv1.JobStatus{Ready: job.Status.Ready, Succeeded: job.Status.Succeeded},
+		Status: batchv1.JobStatus{Ready: job.Status.Ready, Succeeded: job.Status.Succeeded, Failed: job.Status.Failed},
 	}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/podfailure"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -53,11 +54,24 @@ var (
 		Help:    "Seconds from a TrainJob's PodGroup's creation to its scheduler reporting the gang running, by scheduler.",
 		Buckets: latencyBuckets,
 	}, []string{"scheduler"})
+	failuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_failures_total",
+		Help: "TrainJobs that failed, by framework and cause: the reason of the first failed pod (OOMKilled, Error, Evicted, Preempted, NodeLost, ImagePullBackOff, Other, ...) when their JobSet failed, else the reason of their Failed condition (DeadlineExceeded, JobSetDeleted, ...).",
+	}, []string{"framework", "reason"})
+	podFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_pod_failures_total",
+		Help: "Failures of TrainJobs' pods the operator reported (the first failed pod each time a Job's count of failed pods moved), by framework and reason.",
+	}, []string{"framework", "reason"})
+	restartsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_restarts_total",
+		Help: "Restarts of all of a TrainJob's pods, by framework and cause: failure (JobSet's failurePolicy after a failed Job).",
+	}, []string{"framework", "cause"})
 	trainJobs = &trainJobsCollector{}
 )
 
 func init() {
-	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait, trainJobs)
+	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait,
+		failuresTotal, podFailuresTotal, restartsTotal, trainJobs)
 }
 
 // recordMetrics counts what a written status says happened to the TrainJob since before; reason
@@ -66,6 +80,9 @@ func recordMetrics(fw framework.Framework, tj *trainer.TrainJob, before *trainer
 	from, to := statusState(before), tj.Status.State
 	if from != to {
 		transitions.WithLabelValues(fw.Name(), from, to, reason).Inc()
+	}
+	if to == trainer.TrainJobFailed && from != to {
+		failuresTotal.WithLabelValues(fw.Name(), failureCause(tj, reason)).Inc()
 	}
 	age := time.Since(tj.CreationTimestamp.Time).Seconds()
 	if tj.Status.ObservedGeneration > 0 && before.ObservedGeneration == 0 && !apimeta.IsStatusConditionTrue(before.Conditions, trainer.TrainJobCreated) {
@@ -179,4 +196,24 @@ func frameworkName(ctx context.Context, reader client.Reader, frameworks []frame
 		return f.Name()
 	}
 	return "none"
+}
+
+// operatorFailures are the reasons of the Failed conditions the operator decides, rather than
+// JobSet: their cause is the reason itself, not a pod's failure.
+var operatorFailures = map[string]bool{
+	trainer.TrainJobDeadlineExceededReason: true,
+	trainer.TrainJobJobSetDeletedReason:    true,
+	trainer.TrainJobRuntimeNotFoundReason:  true,
+}
+
+// failureCause is the reason a Failed TrainJob is counted under in trainjob_failures_total: its
+// Failed condition's reason when the operator failed it, else its first failed pod's.
+func failureCause(tj *trainer.TrainJob, reason string) string {
+	if operatorFailures[reason] {
+		return reason
+	}
+	if f := tj.Status.Failure; f != nil && f.Attempt == tj.Status.Restarts {
+		return podfailure.MetricReason(f.Reason)
+	}
+	return "Unknown"
 }

@@ -162,6 +162,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err := watchFirstPods(jobInformer, trainJobInformer, mgr.GetCache(), frameworks, leading); err != nil {
 		return err
 	}
+	failures, err := newPodFailures(jobInformer, mgr.GetAPIReader(), mgr.GetCache(), mgr.GetClient(),
+		recorders.For(trainer.TrainJobControllerName), frameworks, leading)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(failures); err != nil {
+		return err
+	}
 	if err := trainJobs.use(trainJobInformer, mgr.GetCache(), frameworks, leading); err != nil {
 		return err
 	}

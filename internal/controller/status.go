@@ -203,6 +203,9 @@ func setJobSetStatus(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) {
 	if c := apimeta.FindStatusCondition(js.Conditions, js.TerminalState); c != nil {
 		reason, message = c.Reason, c.Message
 	}
+	if condType == trainer.TrainJobFailed {
+		message = withFailure(message, tj, js.Restarts)
+	}
 	setCondition(tj, condType, metav1.ConditionTrue, reason, message)
 }
 
@@ -220,6 +223,7 @@ func setJobSetCounts(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) (ready
 			Suspended: s.Suspended,
 		})
 	}
+	tj.Status.Restarts = jobSet.Status.Restarts
 	ready, total = trainingPods(jobSet)
 	if total > 0 {
 		tj.Status.Ready = fmt.Sprintf("%d/%d", ready, total)

@@ -141,6 +141,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		}
 		return ctrl.Result{}, nil
 	case js != nil && js.Status.TerminalState != "":
+		if js.Status.TerminalState == string(jobsetv1alpha2.JobSetFailed) {
+			r.readFailure(ctx, tj, js, js.Status.Restarts)
+		}
 		setJobSetStatus(tj, js)
 		return ctrl.Result{}, nil
 	case js == nil && mayHaveRun(tj):
@@ -152,13 +155,17 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	// 2. Stop a TrainJob that ran past its deadline: its JobSet first, so that a TrainJob is
 	// never Failed (and so final) with its pods still running.
 	if left, ok := timeLeft(tj, time.Now()); ok && left <= 0 && (js == nil || js.Status.TerminalState == "") {
+		message := fmt.Sprintf("TrainJob ran longer than its spec.activeDeadlineSeconds (%ds): its pods are stopped", *tj.Spec.ActiveDeadlineSeconds)
 		if js != nil {
+			// Its pods say why it took so long (one that cannot pull its image, one that
+			// failed), until the JobSet's suspension deletes them.
+			r.readFailure(ctx, tj, js, js.Status.Restarts)
+			message = withFailure(message, tj, js.Status.Restarts)
 			if err := r.setJobSetSuspend(ctx, js, true); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
-		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason,
-			fmt.Sprintf("TrainJob ran longer than its spec.activeDeadlineSeconds (%ds): its pods are stopped", *tj.Spec.ActiveDeadlineSeconds))
+		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason, message)
 		setRunning(tj, 0, 0)
 		return ctrl.Result{}, nil
 	}
@@ -298,6 +305,8 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			// The JobSet just created: its size, and no progress yet. Its creation does not queue
 			// the TrainJob, so this is the status until the JobSet changes.
 			js = &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Annotations: children.JobSet.Annotations}}
+			// Its attempts count from the first again: the failures of one made before are past.
+			tj.Status.Failure = nil
 		}
 	case ptr.Deref(js.Spec.Suspend, false) != suspend:
 		// A JobSet is never resumed before its gang's PodGroup exists at the TrainJob's size.
@@ -319,6 +328,10 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		tj.Status.StartTime = ptr.To(startedAt(tj))
 	}
 	setSuspended(tj, jobSetWasSuspended, time.Now())
+	if js.Status.Restarts > tj.Status.Restarts {
+		// JobSet restarted the pods after a failure the pod failure reports may not have read.
+		r.readFailure(ctx, tj, js, js.Status.Restarts-1)
+	}
 	setJobSetStatus(tj, js)
 	return ctrl.Result{}, nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +16,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/podfailure"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -27,6 +30,14 @@ func (r *TrainJobReconciler) told(tj *trainer.TrainJob, before *trainer.TrainJob
 		tellState(r.recorder, tj, statusState(before), all)
 	}
 	recordMetrics(r.framework, tj, before, reason)
+	if restarts := tj.Status.Restarts - before.Restarts; restarts > 0 {
+		note := fmt.Sprintf("JobSet restarted all of the TrainJob's pods after a failure: this is attempt %d", tj.Status.Restarts)
+		if f := tj.Status.Failure; f != nil && f.Attempt == tj.Status.Restarts-1 {
+			note += ". Attempt " + strconv.Itoa(int(f.Attempt)) + " failed first at " + podfailure.SummaryWithin(f, maxEventNote-len(note)-40)
+		}
+		r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobRestartedReason, "Restart", "%s", note)
+		restartsTotal.WithLabelValues(r.framework.Name(), "failure").Add(float64(restarts))
+	}
 }
 
 // commit writes the TrainJob's status as it is now, ahead of a step that must not happen before

@@ -80,6 +80,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		applyInitializers,
 		fw.Apply,
 		applyPodPatches,
+		keepLastLogLines,
 		applyMetadata,
 		labelJobs,
 	}, extra, []Step{

@@ -66,8 +66,9 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 	return w
 }
 
-// Obj returns the JobSet, with the training's size recorded and its Jobs labelled with the
-// TrainJob's name, as the build does last.
+// Obj returns the JobSet, with the training's size recorded, its Jobs labelled with the
+// TrainJob's name, and its containers keeping their last log lines when they fail, as the build
+// does.
 func (w *JobSetWrapper) Obj() *jobsetv1alpha2.JobSet {
 	for i := range w.Spec.ReplicatedJobs {
 		job := &w.Spec.ReplicatedJobs[i].Template
@@ -75,6 +76,14 @@ func (w *JobSetWrapper) Obj() *jobsetv1alpha2.JobSet {
 			job.Labels = map[string]string{}
 		}
 		job.Labels[trainer.TrainJobNameLabel] = w.Name
+		pod := &job.Spec.Template.Spec
+		for _, c := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+			for k := range c {
+				if c[k].TerminationMessagePolicy == "" {
+					c[k].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+				}
+			}
+		}
 	}
 	w.JobSet.Annotations[framework.TrainingPodsAnnotation] = framework.TrainingPods(&w.JobSet)
 	return &w.JobSet

@@ -90,7 +90,7 @@ func TestFailedTrainerPodFailsTheTrainJob(t *testing.T) {
 	require.NotNil(t, jsFailed, "the JobSet has no Failed condition")
 	failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
 	assert.Equal(t, jsFailed.Reason, failed.Reason)
-	assert.Equal(t, jsFailed.Message, failed.Message)
+	assert.True(t, strings.HasPrefix(failed.Message, jsFailed.Message+"; first failure: pod fails-node-0-"), "JobSet's message, then the cause: %q", failed.Message)
 	assert.False(t, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobComplete))
 
 	// Once failed, final: the same JobSet, Jobs and pods stay, and nothing new runs.

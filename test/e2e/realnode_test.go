@@ -166,11 +166,7 @@ func TestElasticTorchMeetsAtTheC10dEndpoint(t *testing.T) {
 // forms, the others find nobody listening; the pods fail and so does the TrainJob.
 func TestBrokenWiringFailsTheTrainJob(t *testing.T) {
 	ns := newNamespace(t)
-	rt := shippedRuntimeCopy(t, ns, "broken-torch", "torch-distributed", func(spec *trainer.TrainingRuntimeSpec) {
-		job := &spec.Template.Spec.ReplicatedJobs[0].Template.Spec
-		job.BackoffLimit = ptr.To[int32](0)
-		job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
-	})
+	rt := shippedRuntimeCopy(t, ns, "broken-torch", "torch-distributed", failOnce)
 
 	tj := onTheRealNode(utiltesting.MakeTrainJob("broken", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 2)
 	tj.Spec.Trainer.Command = []string{"sh", "-c", `[ "$PET_NODE_RANK" = 0 ] || export PET_MASTER_PORT=$((PET_MASTER_PORT + 1)); exec /probe torch`}
@@ -186,6 +182,12 @@ func TestBrokenWiringFailsTheTrainJob(t *testing.T) {
 	// pod JobSet has not removed yet says so.
 	assert.Regexp(t, `could not reach broken-node-0-0\.broken:29401|waiting at broken-node-0-0\.broken:29400 for the group of 2`,
 		strings.Join(logs, "\n"))
+	// The first to fail says so in the status, in its own words, which the kubelet kept.
+	f := got.Status.Failure
+	require.NotNil(t, f, "status.failure")
+	assert.Equal(t, "Error", f.Reason)
+	assert.Equal(t, ptr.To[int32](1), f.ExitCode)
+	assert.Regexp(t, `probe torch: (could not reach broken-node-0-0\.broken:29401|waiting at broken-node-0-0\.broken:29400 for the group of 2)`, f.Message)
 }
 
 // TestMPIRunsOverSSHWithTheOperatorsKeysAndHostfile runs the shipped mpi-distributed runtime on

@@ -20,8 +20,9 @@ import (
 // Annotations of a pod that tell the local cluster's fake nodes how the pod's run ends. On a
 // TrainJob's spec.annotations they reach every pod; on a runtime's pod template, that job's pods.
 const (
-	// FailAnnotation "true" makes the pod fail (exit code 1) when its run time is over, instead
-	// of succeeding.
+	// FailAnnotation makes the pod fail when its run time is over, instead of succeeding: "true"
+	// as a program that exits 1 (reason Error), "OOMKilled" as one the kernel killed for memory
+	// (exit code 137), "Evicted" as a pod its node evicted for the node's memory pressure.
 	FailAnnotation = "localcluster.trainer.kubeflow.org/fail"
 	// RunForAnnotation is how long the pod runs, as a Go duration ("30s", "1h"), instead of the
 	// cluster's pod run time.
@@ -306,12 +307,20 @@ func kwokStages(runFor time.Duration) string {
       values: ["Job"]
     - key: '.metadata.annotations["$FAIL"]'
       operator: NotIn
-      values: ["true"]`, ran, "Succeeded", 0, "Completed"),
+      values: ["true", "OOMKilled", "Evicted"]`, ran, "Succeeded", 0, "Completed", ""),
 		podEndStage("pod-fail", running+`
     - key: '.metadata.annotations["$FAIL"]'
       operator: In
-      values: ["true"]`, ran, "Failed", 1, "Error"),
-		podEndStage("pod-stop", deleted, "", "Failed", 137, "Error"),
+      values: ["true"]`, ran, "Failed", 1, "Error", ""),
+		podEndStage("pod-oom", running+`
+    - key: '.metadata.annotations["$FAIL"]'
+      operator: In
+      values: ["OOMKilled"]`, ran, "Failed", 137, "OOMKilled", ""),
+		podEndStage("pod-evicted", running+`
+    - key: '.metadata.annotations["$FAIL"]'
+      operator: In
+      values: ["Evicted"]`, ran, "Failed", 137, "Error", "The node was low on resource: memory."),
+		podEndStage("pod-stop", deleted, "", "Failed", 137, "Error", ""),
 		podRemoveStage,
 	}
 	return strings.NewReplacer(
@@ -323,10 +332,16 @@ func kwokStages(runFor time.Duration) string {
 }
 
 // podEndStage is a stage that ends the run of the pods that match: after delay, their containers
-// terminate with exitCode and reason, and the pod goes to phase.
-func podEndStage(name, match, delay, phase string, exitCode int, reason string) string {
+// terminate with exitCode and reason, and the pod goes to phase. An eviction, the kubelet's doing
+// rather than the containers', gives the pod the reason Evicted and its message.
+func podEndStage(name, match, delay, phase string, exitCode int, reason, eviction string) string {
+	podReason := ""
+	if eviction != "" {
+		podReason = "reason: Evicted\n      message: " + strconv.Quote(eviction) + "\n      "
+	}
 	return strings.NewReplacer("$NAME", name, "$MATCH", match, "$DELAY", delay, "$PHASE", phase,
-		"$EXIT_CODE", strconv.Itoa(exitCode), "$REASON", reason).Replace(`apiVersion: kwok.x-k8s.io/v1alpha1
+		"$EXIT_CODE", strconv.Itoa(exitCode), "$REASON", reason, "$POD_REASON", podReason,
+		"$MESSAGE", strconv.Quote("kwok: "+name+" after its run time")).Replace(`apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: $NAME
@@ -358,10 +373,11 @@ spec:
           terminated:
             exitCode: $EXIT_CODE
             reason: $REASON
+            message: $MESSAGE
             startedAt: {{ $now | Quote }}
             finishedAt: {{ $now | Quote }}
       {{ end }}
-      phase: $PHASE
+      $POD_REASONphase: $PHASE
 `)
 }
 

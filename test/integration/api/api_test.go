@@ -459,10 +459,12 @@ func TestPrinterColumns(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, rt))
 	tj := utiltesting.MakeTrainJob("printed", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch").NumNodes(4).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
-	tj.Status.State = trainer.TrainJobComplete
+	tj.Status.State = trainer.TrainJobFailed
 	tj.Status.Conditions = []metav1.Condition{
-		{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue, Reason: "AllJobsCompleted", LastTransitionTime: metav1.Now()},
+		{Type: trainer.TrainJobFailed, Status: metav1.ConditionTrue, Reason: "FailedJobs", LastTransitionTime: metav1.Now()},
 	}
+	tj.Status.Restarts = 2
+	tj.Status.Failure = &trainer.PodFailure{Pod: "printed-node-0-0-x", Reason: "OOMKilled", Attempt: 2, Time: metav1.Now()}
 	require.NoError(t, k8sClient.Status().Update(ctx, tj))
 
 	cases := map[string]struct {
@@ -471,7 +473,8 @@ func TestPrinterColumns(t *testing.T) {
 	}{
 		"trainjobs": {
 			resource: "trainjobs",
-			want:     map[string]any{"Name": "printed", "State": "Complete", "Runtime": "torch", "Nodes": float64(4)},
+			want: map[string]any{"Name": "printed", "State": "Failed", "Runtime": "torch", "Nodes": float64(4),
+				"Restarts": float64(2), "Reason": "OOMKilled"},
 		},
 		"trainingruntimes": {
 			resource: "trainingruntimes",

@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/podfailure"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+
+// jobControllerUIDLabel is the label the Job controller puts on a Job's pods: the Job's UID.
+const jobControllerUIDLabel = "batch.kubernetes.io/controller-uid"
+
+// podFailureWorkers is how many Jobs' failed pods are read at once.
+const podFailureWorkers = 4
+
+// podFailures reports the pods of TrainJobs that fail while their TrainJob runs: a Warning event
+// PodFailed on the TrainJob, a count in trainjob_pod_failures_total, and status.failure when the
+// failure is the first of a newer attempt. The operator does not watch pods (there are many, and
+// they change often): when a Job's count of failed pods moves, its failed pods are listed once,
+// past the cache, and those not reported yet are. A pod that JobSet's restart deleted before it
+// could be read is not reported. Only the leader reads and reports.
+type podFailures struct {
+	apiReader  client.Reader
+	cache      client.Reader
+	writer     client.Client
+	recorder   events.EventRecorder
+	frameworks []framework.Framework
+	leading    func() bool
+	queue      workqueue.TypedRateLimitingInterface[failedJob]
+
+	mu sync.Mutex
+	// reported holds, per Job, the UIDs of its pods already reported, until the Job is deleted.
+	reported map[types.UID]map[types.UID]bool
+}
+
+// failedJob is a Job whose count of failed pods moved.
+type failedJob struct {
+	namespace, name, trainJob string
+	uid                       types.UID
+	created                   metav1.Time
+}
+
+func newPodFailures(jobs cache.Informer, apiReader, cached client.Reader, writer client.Client, recorder events.EventRecorder,
+	frameworks []framework.Framework, leading func() bool) (*podFailures, error) {
+	p := &podFailures{
+		apiReader: apiReader, cache: cached, writer: writer, recorder: recorder, frameworks: frameworks, leading: leading,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[failedJob](),
+			workqueue.TypedRateLimitingQueueConfig[failedJob]{Name: "pod-failures"}),
+		reported: map[types.UID]map[types.UID]bool{},
+	}
+	_, err := jobs.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+		// A Job first seen with failed pods is one the operator did not see fail: a starting
+		// manager's listing, whose failures are past, or a Job the watch missed for a while.
+		AddFunc: func(obj any, listed bool) {
+			if job, ok := obj.(*batchv1.Job); ok && !listed && job.Status.Failed > 0 {
+				p.add(job)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			was, ok1 := old.(*batchv1.Job)
+			job, ok2 := obj.(*batchv1.Job)
+			if ok1 && ok2 && job.Status.Failed > was.Status.Failed {
+				p.add(job)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if gone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = gone.Obj
+			}
+			if job, ok := obj.(*batchv1.Job); ok {
+				p.mu.Lock()
+				delete(p.reported, job.UID)
+				p.mu.Unlock()
+			}
+		},
+	})
+	return p, err
+}
+
+func (p *podFailures) add(job *batchv1.Job) {
+	if name := job.Labels[trainer.TrainJobNameLabel]; name != "" && p.leading() {
+		p.queue.Add(failedJob{namespace: job.Namespace, name: job.Name, trainJob: name, uid: job.UID, created: job.CreationTimestamp})
+	}
+}
+
+// Start reads the queued Jobs' failed pods until ctx ends.
+func (p *podFailures) Start(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range podFailureWorkers {
+		wg.Go(func() {
+			for {
+				job, shutdown := p.queue.Get()
+				if shutdown {
+					return
+				}
+				if err := p.read(ctx, job); err != nil {
+					ctrl.LoggerFrom(ctx).Error(err, "Reading the failed pods of a Job", "job", klog.KRef(job.namespace, job.name))
+					p.queue.AddRateLimited(job)
+				} else {
+					p.queue.Forget(job)
+				}
+				p.queue.Done(job)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// NeedLeaderElection is true: only the leader reports.
+func (p *podFailures) NeedLeaderElection() bool { return true }
+
+// read lists the Job's failed pods and reports those not reported yet.
+func (p *podFailures) read(ctx context.Context, job failedJob) error {
+	tj := &trainer.TrainJob{}
+	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: job.namespace, Name: job.trainJob}, tj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if job.created.Before(&tj.CreationTimestamp) {
+		return nil // A Job of a TrainJob of the same name, deleted since.
+	}
+	pods := &corev1.PodList{}
+	if err := p.apiReader.List(ctx, pods, client.InNamespace(job.namespace),
+		client.MatchingLabels{jobControllerUIDLabel: string(job.uid)},
+		client.MatchingFields{"status.phase": string(corev1.PodFailed)}); err != nil {
+		return fmt.Errorf("listing the failed pods of Job %s: %w", job.name, err)
+	}
+	p.mu.Lock()
+	reported := p.reported[job.uid]
+	if reported == nil {
+		reported = map[types.UID]bool{}
+		p.reported[job.uid] = reported
+	}
+	fresh := pods.Items[:0]
+	for _, pod := range pods.Items {
+		if !reported[pod.UID] {
+			reported[pod.UID] = true
+			fresh = append(fresh, pod)
+		}
+	}
+	p.mu.Unlock()
+
+	failure, others := podfailure.First(fresh, time.Now())
+	if failure == nil {
+		return nil
+	}
+	p.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobPodFailedReason, "Read", "%s", failureNote(failure, others))
+	podFailuresTotal.WithLabelValues(frameworkName(ctx, p.cache, p.frameworks, tj), podfailure.MetricReason(failure.Reason)).Inc()
+	if finished(tj) || !podfailure.Supersedes(failure, tj.Status.Failure) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"failure": failure}})
+	if err != nil {
+		return err
+	}
+	err = p.writer.Status().Patch(ctx, tj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(trainer.TrainJobControllerName))
+	return client.IgnoreNotFound(err)
+}
+
+// failureNote words a failure, and how many more pods failed with it, for an event.
+func failureNote(failure *trainer.PodFailure, others int) string {
+	more := ""
+	if others > 0 {
+		more = fmt.Sprintf("\n(%d more pods of the attempt failed with it)", others)
+	}
+	return podfailure.SummaryWithin(failure, maxEventNote-len(more)) + more
+}
+
+// readFailure records in status.failure how the first failed pod of an attempt of the TrainJob's
+// JobSet failed (or, when none did, why one cannot start), reading the attempt's pods once,
+// unless a failure of that attempt or a later one is recorded. A pod gone already is not read;
+// a failed read is logged and the status goes on without it.
+func (r *TrainJobReconciler) readFailure(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, attempt int32) {
+	if f := tj.Status.Failure; f != nil && f.Attempt >= attempt {
+		return
+	}
+	pods := &corev1.PodList{}
+	if err := r.apiReader.List(ctx, pods, client.InNamespace(js.Namespace), client.MatchingLabels{
+		jobsetv1alpha2.JobSetUIDKey:    string(js.UID),
+		podfailure.RestartAttemptLabel: strconv.Itoa(int(attempt)),
+	}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Reading why the TrainJob's pods failed", "jobSet", klog.KObj(js))
+		return
+	}
+	if first, _ := podfailure.First(pods.Items, time.Now()); podfailure.Supersedes(first, tj.Status.Failure) {
+		tj.Status.Failure = first
+	}
+}
+
+// withFailure adds to a condition's message the TrainJob's recorded failure, when it is of the
+// attempt the message is about.
+func withFailure(message string, tj *trainer.TrainJob, attempt int32) string {
+	if f := tj.Status.Failure; f != nil && f.Attempt == attempt {
+		return message + "; first failure: " + podfailure.Summary(f)
+	}
+	return message
+}

@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// eventsOf lists the TrainJob's events of a reason, oldest first.
+func eventsOf(t require.TestingT, tj *trainer.TrainJob, reason string) []corev1.Event {
+	list := &corev1.EventList{}
+	require.NoError(t, k8sClient.List(context.Background(), list, client.InNamespace(tj.Namespace)))
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == trainer.TrainJobKind && e.InvolvedObject.Name == tj.Name && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// failingRuntime creates a runtime whose node pods fail as fail says (testenv.FailAnnotation)
+// once they ran, and whose JobSet restarts them maxRestarts times.
+func failingRuntime(t *testing.T, ns, name, fail string, maxRestarts int32) {
+	job := nodeJob("100m")
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.FailAnnotation: fail}
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).Obj()
+	if maxRestarts > 0 {
+		spec.Template.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{MaxRestarts: maxRestarts}
+	}
+	createRuntime(t, ns, name, spec)
+}
+
+// TestAFailedTrainJobSaysWhy fails the pods of a TrainJob each way the local cluster's nodes can
+// (an exit code, the kernel's OOM killer, the kubelet's eviction), and reads why in its status:
+// the first failed pod, its role and rank, container, exit code and signal, reason, node and
+// message; the Failed condition's message says it too, and an event PodFailed.
+func TestAFailedTrainJobSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		fail, reason string
+		exitCode     int32
+		signal       *int32
+		nodeCaused   bool
+		message      string
+	}{
+		{fail: "true", reason: "Error", exitCode: 1, message: "kwok: pod-fail after its run time"},
+		{fail: "OOMKilled", reason: "OOMKilled", exitCode: 137, signal: ptr.To[int32](9), message: "kwok: pod-oom after its run time"},
+		{fail: "Evicted", reason: "Evicted", exitCode: 137, signal: ptr.To[int32](9), nodeCaused: true, message: "The node was low on resource: memory."},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			failingRuntime(t, ns, "failing", tc.fail, 0)
+			tj := createTrainJob(t, ns, "fails", "failing", func(w *utiltesting.TrainJobWrapper) { w.NumNodes(2) })
+
+			got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed))
+			f := got.Status.Failure
+			require.NotNil(t, f, "status.failure of a Failed TrainJob")
+			podNodes := map[string]string{}
+			for _, p := range pods(t, tj) {
+				podNodes[p.Name] = p.Spec.NodeName
+			}
+			require.Contains(t, podNodes, f.Pod, "status.failure names a pod of the TrainJob")
+			assert.Equal(t, podNodes[f.Pod], f.Node)
+			assert.Equal(t, "node", f.ReplicatedJob)
+			assert.Equal(t, ptr.To[int32](0), f.Rank, "both ranks failed at once: the lowest is named")
+			assert.Equal(t, "node", f.Container)
+			assert.Equal(t, ptr.To(tc.exitCode), f.ExitCode)
+			assert.Equal(t, tc.signal, f.Signal)
+			assert.Equal(t, tc.reason, f.Reason)
+			assert.Equal(t, tc.nodeCaused, f.NodeCaused)
+			assert.Equal(t, tc.message, f.Message)
+			assert.Zero(t, f.Attempt)
+
+			failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+			assert.Contains(t, failed.Message, fmt.Sprintf("first failure: pod %s (replicated job node, rank 0, attempt 0), container node: %s, exit code %d",
+				f.Pod, tc.reason, tc.exitCode))
+			assert.Contains(t, failed.Message, "on node "+f.Node)
+			assert.Contains(t, failed.Message, tc.message)
+
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				events := eventsOf(c, tj, trainer.TrainJobPodFailedReason)
+				if assert.NotEmpty(c, events, "no PodFailed event") {
+					assert.Equal(c, corev1.EventTypeWarning, events[0].Type)
+					assert.Contains(c, events[0].Message, tc.reason)
+					assert.Contains(c, events[0].Message, "on node ")
+				}
+			}, timeout, interval)
+		})
+	}
+}
+
+// TestARestartSaysWhyAndTheLastAttemptsFailureStays restarts a TrainJob whose pods always fail:
+// each attempt's failure is told as it happens (PodFailed), the restart is (Restarted, with the
+// cause), status.restarts counts it, and the Failed TrainJob's status.failure is the last
+// attempt's.
+func TestARestartSaysWhyAndTheLastAttemptsFailureStays(t *testing.T) {
+	ns := newNamespace(t)
+	failingRuntime(t, ns, "failing", "OOMKilled", 1)
+	tj := createTrainJob(t, ns, "restarts", "failing", nil)
+
+	got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed))
+	assert.Equal(t, int32(1), got.Status.Restarts)
+	require.NotNil(t, got.Status.Failure)
+	assert.Equal(t, int32(1), got.Status.Failure.Attempt, "the failure that ended it is of the last attempt")
+	assert.Equal(t, "OOMKilled", got.Status.Failure.Reason)
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "attempt 1), container node: OOMKilled")
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		restarted := eventsOf(c, tj, trainer.TrainJobRestartedReason)
+		if assert.Len(c, restarted, 1) {
+			assert.Contains(c, restarted[0].Message, "this is attempt 1")
+			assert.Contains(c, restarted[0].Message, "Attempt 0 failed first at pod restarts-node-0-0-")
+			assert.Contains(c, restarted[0].Message, "OOMKilled, exit code 137 (signal 9)")
+		}
+		var attempts []string
+		for _, e := range eventsOf(c, tj, trainer.TrainJobPodFailedReason) {
+			for _, a := range []string{"attempt 0", "attempt 1"} {
+				if strings.Contains(e.Message, a+")") {
+					attempts = append(attempts, a)
+				}
+			}
+		}
+		assert.ElementsMatch(c, []string{"attempt 0", "attempt 1"}, attempts, "a PodFailed event for each attempt")
+	}, timeout, interval)
+}
+
+// TestARealProcessThatRunsOutOfMemorySaysSo runs, on the real node, a trainer that prints a few
+// lines and then takes memory until the kernel kills it: the TrainJob's status says OOMKilled,
+// exit code 137, and carries the last lines the trainer printed, which the kubelet kept.
+func TestARealProcessThatRunsOutOfMemorySaysSo(t *testing.T) {
+	ns := newNamespace(t)
+	shippedRuntimeCopy(t, ns, "torch", "torch-distributed", failOnce)
+	tj := onTheRealNode(utiltesting.MakeTrainJob("oom", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch"), "torch", 1)
+	tj.Spec.Trainer.Command = []string{"sh", "-c", "for i in 1 2 3 4 5; do echo loading shard $i; done; echo step 42: loss 0.31; exec tail /dev/zero"}
+	tj.Spec.Trainer.ResourcesPerNode.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+
+	got, _ := runOnTheRealNode(t, tj, trainer.TrainJobFailed)
+	f := got.Status.Failure
+	require.NotNil(t, f, "status.failure of a Failed TrainJob")
+	assert.Equal(t, "OOMKilled", f.Reason)
+	assert.Equal(t, ptr.To[int32](137), f.ExitCode)
+	assert.Equal(t, testenv.RealNodeName, f.Node)
+	assert.Equal(t, "node", f.Container)
+	assert.True(t, strings.HasSuffix(f.Message, "loading shard 5\nstep 42: loss 0.31"), "the last lines of the log: %q", f.Message)
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "OOMKilled, exit code 137 (signal 9), on node "+testenv.RealNodeName)
+}
+
+// failOnce makes a runtime's first job fail at its pod's first failure: no restart of its
+// container or pod.
+func failOnce(spec *trainer.TrainingRuntimeSpec) {
+	job := &spec.Template.Spec.ReplicatedJobs[0].Template.Spec
+	job.BackoffLimit = ptr.To[int32](0)
+	job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+}
