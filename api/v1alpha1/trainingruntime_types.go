@@ -27,6 +27,11 @@ const (
 	// TrainJobNameLabel on a child the operator creates beside the JobSet (MPI's Secret and
 	// ConfigMap, a PodGroup), and on the JobSet's Jobs, names its TrainJob.
 	TrainJobNameLabel = "trainer.kubeflow.org/trainjob-name"
+
+	// AvoidNodesLabel on a TrainJob's Jobs is its runtime's recoveryPolicy.avoidNodes, on the
+	// Jobs of a JobSet that restarts (failurePolicy.maxRestarts above 0) and a policy other than
+	// Never: the Jobs of a restart keep off the TrainJob's status.avoidedNodes.
+	AvoidNodesLabel = "trainer.kubeflow.org/avoid-nodes"
 )
 
 // Values of AncestorStepLabel.
@@ -105,6 +110,49 @@ type TrainingRuntimeSpec struct {
 	// Job template or Pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
 	// +required
 	Template JobSetTemplateSpec `json:"template"`
+
+	// RecoveryPolicy says how a TrainJob recovers when JobSet restarts all of its pods after a
+	// failure (template.spec.failurePolicy.maxRestarts): which nodes the new attempt keeps off,
+	// and where the trainer finds the checkpoint to resume from. Without it, a restart keeps off
+	// the node of a failure the node caused.
+	// +optional
+	RecoveryPolicy *RecoveryPolicy `json:"recoveryPolicy,omitempty"`
+}
+
+// AvoidNodesPolicy says after which failures a restart keeps off the failed pod's node.
+// +kubebuilder:validation:Enum=NodeFailures;AllFailures;Never
+type AvoidNodesPolicy string
+
+const (
+	// AvoidNodesOnNodeFailures keeps a restart off the node of a failure the node caused: the
+	// kubelet evicted the pod for the node's pressure, refused or shut down with it, the node was
+	// lost, drained or tainted NoExecute (status.failure.nodeCaused).
+	AvoidNodesOnNodeFailures AvoidNodesPolicy = "NodeFailures"
+	// AvoidNodesOnAllFailures keeps a restart off the node of any failure: for faults that only
+	// show as a crashing trainer, such as a GPU that fails every process on it.
+	AvoidNodesOnAllFailures AvoidNodesPolicy = "AllFailures"
+	// AvoidNodesNever lets a restart run anywhere.
+	AvoidNodesNever AvoidNodesPolicy = "Never"
+)
+
+// RecoveryPolicy is how a TrainJob recovers from a restart of all of its pods.
+type RecoveryPolicy struct {
+	// AvoidNodes is after which failures the restarted pods keep off the node the TrainJob's first
+	// failed pod ran on: NodeFailures (the default), AllFailures or Never. The nodes are kept in
+	// the TrainJob's status.avoidedNodes (the last 16) and apply to that TrainJob alone: no node
+	// is changed.
+	// +optional
+	AvoidNodes AvoidNodesPolicy `json:"avoidNodes,omitempty"`
+
+	// CheckpointDir is the directory where the trainer keeps its checkpoints, on storage that
+	// outlives its pods (a volume the runtime mounts). Every container of the TrainJob gets it
+	// in KUBEFLOW_TRAINER_CHECKPOINT_DIR, so that a restarted, resumed or preempted trainer
+	// resumes from the newest checkpoint there instead of starting over.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="checkpointDir must be an absolute path"
+	CheckpointDir string `json:"checkpointDir,omitempty"`
 }
 
 // JobSetTemplateSpec is the JobSet a TrainJob starts from. The JobSet's name and namespace are the

@@ -167,6 +167,15 @@ type TrainJobStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Restarts int32 `json:"restarts,omitempty"`
 
+	// AvoidedNodes are the nodes a restart of the TrainJob's pods keeps off (the runtime's
+	// recoveryPolicy.avoidNodes): the nodes of the first failed pods of its earlier attempts,
+	// the last 16. They apply to this TrainJob alone.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	AvoidedNodes []string `json:"avoidedNodes,omitempty"`
+
 	// TrainerStatus is the progress the trainer last reported to the operator's progress
 	// endpoint (upstream Kubeflow Trainer's shape): the URL, CA and a token of the TrainJob's own
 	// are in the trainer container's KUBEFLOW_TRAINER_SERVER_* env vars. Nil until a report

@@ -101,7 +101,7 @@ func (f *firstPods) forget(key types.NamespacedName) {
 }
 
 // keepJobCounts keeps of a Job what firstPods and podFailures read: its name, UID, creation
-// time, TrainJob name label and counts of ready, succeeded and failed pods. The rest of it, its pod template above all, is
+// time, TrainJob name and avoid-nodes labels and counts of ready, succeeded and failed pods. The rest of it, its pod template above all, is
 // never read.
 func keepJobCounts(obj any) (any, error) {
 	job, ok := obj.(*batchv1.Job)
@@ -115,8 +115,19 @@ func keepJobCounts(obj any) (any, error) {
 			UID:               job.UID,
 			ResourceVersion:   job.ResourceVersion,
 			CreationTimestamp: job.CreationTimestamp,
-			Labels:            map[string]string{trainer.TrainJobNameLabel: job.Labels[trainer.TrainJobNameLabel]},
+			Labels:            keepLabels(job.Labels, trainer.TrainJobNameLabel, trainer.AvoidNodesLabel),
 		},
 		Status: batchv1.JobStatus{Ready: job.Status.Ready, Succeeded: job.Status.Succeeded, Failed: job.Status.Failed},
 	}, nil
+}
+
+// keepLabels is the labels of keys that labels has.
+func keepLabels(labels map[string]string, keys ...string) map[string]string {
+	kept := map[string]string{}
+	for _, k := range keys {
+		if v, ok := labels[k]; ok {
+			kept[k] = v
+		}
+	}
+	return kept
 }

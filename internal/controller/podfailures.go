@@ -2,8 +2,8 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -59,6 +60,8 @@ type failedJob struct {
 	namespace, name, trainJob string
 	uid                       types.UID
 	created                   metav1.Time
+	// avoid is the Job's trainer.AvoidNodesLabel: which failures' nodes its restarts keep off.
+	avoid trainer.AvoidNodesPolicy
 }
 
 func newPodFailures(jobs cache.Informer, apiReader, cached client.Reader, writer client.Client, recorder events.EventRecorder,
@@ -100,7 +103,8 @@ func newPodFailures(jobs cache.Informer, apiReader, cached client.Reader, writer
 
 func (p *podFailures) add(job *batchv1.Job) {
 	if name := job.Labels[trainer.TrainJobNameLabel]; name != "" && p.leading() {
-		p.queue.Add(failedJob{namespace: job.Namespace, name: job.Name, trainJob: name, uid: job.UID, created: job.CreationTimestamp})
+		p.queue.Add(failedJob{namespace: job.Namespace, name: job.Name, trainJob: name, uid: job.UID, created: job.CreationTimestamp,
+			avoid: trainer.AvoidNodesPolicy(job.Labels[trainer.AvoidNodesLabel])})
 	}
 }
 
@@ -171,15 +175,36 @@ func (p *podFailures) read(ctx context.Context, job failedJob) error {
 	}
 	p.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobPodFailedReason, "Read", "%s", failureNote(failure, others))
 	podFailuresTotal.WithLabelValues(frameworkName(ctx, p.cache, p.frameworks, tj), podfailure.MetricReason(failure.Reason)).Inc()
-	if finished(tj) || !podfailure.Supersedes(failure, tj.Status.Failure) {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"failure": failure}})
-	if err != nil {
-		return err
-	}
-	err = p.writer.Status().Patch(ctx, tj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(trainer.TrainJobControllerName))
+	// The status is read and written past the cache, so that a node the next attempt must keep
+	// off is never lost to a stale read, and is there before JobSet makes that attempt's Jobs.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := p.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), tj); err != nil {
+			return err
+		}
+		if finished(tj) || !podfailure.Supersedes(failure, tj.Status.Failure) {
+			return nil
+		}
+		tj.Status.Failure = failure
+		tj.Status.AvoidedNodes = avoidNode(tj.Status.AvoidedNodes, failure, job.avoid)
+		return p.writer.Status().Update(ctx, tj, client.FieldOwner(trainer.TrainJobControllerName))
+	})
 	return client.IgnoreNotFound(err)
+}
+
+// maxAvoidedNodes is how many nodes a TrainJob keeps off at most: the latest.
+const maxAvoidedNodes = 16
+
+// avoidNode adds the node of a failure to the nodes a TrainJob's restarts keep off, when the
+// policy says the failure is the node's: the latest last, at most maxAvoidedNodes.
+func avoidNode(nodes []string, f *trainer.PodFailure, policy trainer.AvoidNodesPolicy) []string {
+	switch {
+	case f.Node == "",
+		policy == trainer.AvoidNodesOnNodeFailures && !f.NodeCaused,
+		policy != trainer.AvoidNodesOnNodeFailures && policy != trainer.AvoidNodesOnAllFailures:
+		return nodes
+	}
+	nodes = append(slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == f.Node }), f.Node)
+	return nodes[max(len(nodes)-maxAvoidedNodes, 0):]
 }
 
 // failureNote words a failure, and how many more pods failed with it, for an event.
@@ -209,7 +234,18 @@ func (r *TrainJobReconciler) readFailure(ctx context.Context, tj *trainer.TrainJ
 	}
 	if first, _ := podfailure.First(pods.Items, time.Now()); podfailure.Supersedes(first, tj.Status.Failure) {
 		tj.Status.Failure = first
+		tj.Status.AvoidedNodes = avoidNode(tj.Status.AvoidedNodes, first, avoidPolicy(js))
 	}
+}
+
+// avoidPolicy is the recoveryPolicy.avoidNodes the build labelled the JobSet's Jobs with.
+func avoidPolicy(js *jobsetv1alpha2.JobSet) trainer.AvoidNodesPolicy {
+	for _, job := range js.Spec.ReplicatedJobs {
+		if policy := job.Template.Labels[trainer.AvoidNodesLabel]; policy != "" {
+			return trainer.AvoidNodesPolicy(policy)
+		}
+	}
+	return ""
 }
 
 // withFailure adds to a condition's message the TrainJob's recorded failure, when it is of the

@@ -57,6 +57,8 @@ func checkReservedEnv(b *framework.Draft, fw framework.Framework, patches []podP
 			return "the " + fw.Name() + " framework"
 		case c == b.Trainer() && slices.Contains(progress.ReservedEnv, name):
 			return "the operator (for progress reports)"
+		case c == b.Trainer() && slices.Contains(RecoveryEnv, name):
+			return "the operator (for restarts)"
 		}
 		return ""
 	}

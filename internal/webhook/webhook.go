@@ -66,6 +66,7 @@ func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsRea
 
 // Setup registers the webhooks of the three kinds with the manager's webhook server.
 func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
+	setupJobWebhook(mgr)
 	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainJob{}).
 		WithDefaulter(patchTimes{}).
 		WithValidator(&trainJobWebhook{client: mgr.GetAPIReader(), frameworks: frameworks}).

@@ -167,3 +167,57 @@ func failOnce(spec *trainer.TrainingRuntimeSpec) {
 	job.BackoffLimit = ptr.To[int32](0)
 	job.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 }
+
+// TestARestartKeepsOffTheNodeThatFailed runs a one-node TrainJob on a pool of three nodes whose
+// kubelets evict its pod each time (a node's doing), under a JobSet that restarts twice: each
+// attempt runs on a node no earlier attempt failed on, which status.avoidedNodes lists, and the
+// trainer is told its attempt.
+func TestARestartKeepsOffTheNodeThatFailed(t *testing.T) {
+	ns := newNamespace(t)
+	pool := ns
+	for _, n := range []string{"a", "b", "c"} {
+		addNode(t, pool+"-"+n, pool, "4")
+	}
+	failingRuntime(t, ns, "evicted", "Evicted", 2)
+	tj := createTrainJob(t, ns, "evicted", "evicted", func(w *utiltesting.TrainJobWrapper) {
+		w.PodSpecOverrides(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{NodeSelector: map[string]string{"pool": pool}}})
+	})
+
+	got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed))
+	assert.Equal(t, int32(2), got.Status.Restarts)
+	require.NotNil(t, got.Status.Failure)
+	assert.Equal(t, int32(2), got.Status.Failure.Attempt)
+
+	// Each attempt's failure was told with its node: three attempts, three nodes.
+	nodes := map[string]string{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, e := range eventsOf(c, tj, trainer.TrainJobPodFailedReason) {
+			for _, a := range []string{"attempt 0", "attempt 1", "attempt 2"} {
+				if strings.Contains(e.Message, a+")") {
+					_, node, _ := strings.Cut(e.Message, "on node ")
+					node, _, _ = strings.Cut(node, " ")
+					nodes[a] = strings.TrimSuffix(node, ";")
+				}
+			}
+		}
+		assert.Len(c, nodes, 3, "a PodFailed event for each attempt: %v", nodes)
+	}, timeout, interval)
+	assert.ElementsMatch(t, []string{pool + "-a", pool + "-b", pool + "-c"}, []string{nodes["attempt 0"], nodes["attempt 1"], nodes["attempt 2"]},
+		"each attempt ran on a node no earlier one failed on")
+	assert.Equal(t, []string{nodes["attempt 0"], nodes["attempt 1"], nodes["attempt 2"]}, got.Status.AvoidedNodes)
+
+	// The last attempt's Job kept off the first two nodes; its pod knows its attempt.
+	jobs := jobsOf(t, tj)
+	require.Len(t, jobs, 1)
+	terms := jobs[0].Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	require.Len(t, terms, 1)
+	assert.Equal(t, []corev1.NodeSelectorRequirement{
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{nodes["attempt 0"]}},
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{nodes["attempt 1"]}},
+	}, terms[0].MatchFields)
+	ps := pods(t, tj)
+	require.Len(t, ps, 1)
+	assert.Equal(t, "2", ps[0].Labels["jobset.sigs.k8s.io/restart-attempt"])
+	assert.Contains(t, ps[0].Spec.Containers[0].Env, corev1.EnvVar{Name: "KUBEFLOW_TRAINER_RESTART_ATTEMPT", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}})
+}

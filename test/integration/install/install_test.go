@@ -151,8 +151,12 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 		{"team-a", "list", "configmaps", false},  // but ConfigMaps are never listed
 		{"team-a", "watch", "configmaps", false}, // nor watched.
 		{"team-a", "patch", "jobsets", true},
-		{"team-a", "delete", "jobsets", true}, // A suspended JobSet that cannot take its TrainJob's changes is made anew.
-		{"team-a", "list", "pods", false},
+		{"team-a", "delete", "jobsets", true},                    // A suspended JobSet that cannot take its TrainJob's changes is made anew.
+		{"team-a", "list", "pods", true},                         // Failed pods are listed to tell why they failed,
+		{"team-a", "watch", "pods", false},                       // never watched,
+		{"team-a", "create", "pods", false},                      // nor made, changed or deleted,
+		{"team-a", "delete", "pods", false},                      //
+		{"team-a", "get", "pods/log", false},                     // and their logs are not read (the kubelet keeps their last lines).
 		{"", "update", "validatingwebhookconfigurations", false}, // Someone else's,
 		{"", "update", "validatingwebhookconfigurations/trainjob-validating-webhook-configuration", true}, // but its own.
 		{"", "patch", "mutatingwebhookconfigurations/trainjob-mutating-webhook-configuration", true},

@@ -34,16 +34,20 @@ func TestSecurityDocListsTheRBAC(t *testing.T) {
 }
 
 // TestNoPrivilegeEscalation checks that the manager can grant itself nothing: no RBAC objects,
-// service accounts or tokens of its own choosing, no impersonation, no pods, no nodes.
+// service accounts or tokens of its own choosing, no impersonation, no pods of its own (it may
+// only list them), no nodes.
 func TestNoPrivilegeEscalation(t *testing.T) {
 	forbidden := map[string]bool{
 		"roles": true, "rolebindings": true, "clusterroles": true, "clusterrolebindings": true,
-		"serviceaccounts": true, "serviceaccounts/token": true, "pods": true, "pods/exec": true, "nodes": true,
+		"serviceaccounts": true, "serviceaccounts/token": true, "pods/exec": true, "pods/log": true, "nodes": true,
 		"users": true, "groups": true, "certificatesigningrequests": true,
 	}
 	for _, rule := range managerRules(t) {
 		for _, r := range rule.rule.Resources {
 			assert.False(t, forbidden[r], "%s may %v %s", rule.scope, rule.rule.Verbs, r)
+			if r == "pods" {
+				assert.Equal(t, []string{"list"}, rule.rule.Verbs, "%s may %v pods", rule.scope, rule.rule.Verbs)
+			}
 		}
 		for _, v := range rule.rule.Verbs {
 			assert.NotContains(t, []string{"impersonate", "escalate", "bind", "*"}, v, "%s may %s %v", rule.scope, v, rule.rule.Resources)
