@@ -101,8 +101,8 @@ func (f *firstPods) forget(key types.NamespacedName) {
 }
 
 // keepJobCounts keeps of a Job what firstPods and podFailures read: its name, UID, creation
-// time, TrainJob name and avoid-nodes labels and counts of ready, succeeded and failed pods. The rest of it, its pod template above all, is
-// never read.
+// time, controller, TrainJob name and avoid-nodes labels and counts of ready, succeeded and
+// failed pods. The rest of it, its pod template above all, is never read.
 func keepJobCounts(obj any) (any, error) {
 	job, ok := obj.(*batchv1.Job)
 	if !ok {
@@ -116,6 +116,7 @@ func keepJobCounts(obj any) (any, error) {
 			ResourceVersion:   job.ResourceVersion,
 			CreationTimestamp: job.CreationTimestamp,
 			Labels:            keepLabels(job.Labels, trainer.TrainJobNameLabel, trainer.AvoidNodesLabel),
+			OwnerReferences:   controllerOf(job),
 		},
 		Status: batchv1.JobStatus{Ready: job.Status.Ready, Succeeded: job.Status.Succeeded, Failed: job.Status.Failed},
 	}, nil
@@ -130,4 +131,12 @@ func keepLabels(labels map[string]string, keys ...string) map[string]string {
 		}
 	}
 	return kept
+}
+
+// controllerOf is the object's controller reference alone, if it has one.
+func controllerOf(obj metav1.Object) []metav1.OwnerReference {
+	if ref := metav1.GetControllerOf(obj); ref != nil {
+		return []metav1.OwnerReference{*ref}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,9 +60,10 @@ type podFailures struct {
 type failedJob struct {
 	namespace, name, trainJob string
 	uid                       types.UID
-	created                   metav1.Time
 	// avoid is the Job's trainer.AvoidNodesLabel: which failures' nodes its restarts keep off.
 	avoid trainer.AvoidNodesPolicy
+	// jobSet is the UID of the Job's controller, if it is a JobSet.
+	jobSet types.UID
 }
 
 func newPodFailures(jobs cache.Informer, apiReader, cached client.Reader, writer client.Client, recorder events.EventRecorder,
@@ -101,10 +103,18 @@ func newPodFailures(jobs cache.Informer, apiReader, cached client.Reader, writer
 	return p, err
 }
 
+// jobSetOf is the UID of the JobSet that controls the object, if one does.
+func jobSetOf(obj metav1.Object) types.UID {
+	if ref := metav1.GetControllerOf(obj); ref != nil && ref.Kind == "JobSet" && strings.HasPrefix(ref.APIVersion, jobsetv1alpha2.GroupVersion.Group+"/") {
+		return ref.UID
+	}
+	return ""
+}
+
 func (p *podFailures) add(job *batchv1.Job) {
 	if name := job.Labels[trainer.TrainJobNameLabel]; name != "" && p.leading() {
-		p.queue.Add(failedJob{namespace: job.Namespace, name: job.Name, trainJob: name, uid: job.UID, created: job.CreationTimestamp,
-			avoid: trainer.AvoidNodesPolicy(job.Labels[trainer.AvoidNodesLabel])})
+		p.queue.Add(failedJob{namespace: job.Namespace, name: job.Name, trainJob: name, uid: job.UID,
+			avoid: trainer.AvoidNodesPolicy(job.Labels[trainer.AvoidNodesLabel]), jobSet: jobSetOf(job)})
 	}
 }
 
@@ -145,8 +155,11 @@ func (p *podFailures) read(ctx context.Context, job failedJob) error {
 	if err := p.cache.Get(ctx, types.NamespacedName{Namespace: job.namespace, Name: job.trainJob}, tj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if job.created.Before(&tj.CreationTimestamp) {
-		return nil // A Job of a TrainJob of the same name, deleted since.
+	// Only the Jobs of the TrainJob's own JobSet speak for it: not a Job someone labelled with
+	// its name, nor one of a TrainJob of the same name, deleted since.
+	js := &jobsetv1alpha2.JobSet{}
+	if err := p.cache.Get(ctx, client.ObjectKeyFromObject(tj), js); err != nil || js.UID != job.jobSet || !metav1.IsControlledBy(js, tj) {
+		return client.IgnoreNotFound(err)
 	}
 	pods := &corev1.PodList{}
 	if err := p.apiReader.List(ctx, pods, client.InNamespace(job.namespace),
@@ -162,7 +175,7 @@ func (p *podFailures) read(ctx context.Context, job failedJob) error {
 	}
 	fresh := pods.Items[:0]
 	for _, pod := range pods.Items {
-		if !reported[pod.UID] {
+		if ref := metav1.GetControllerOf(&pod); ref != nil && ref.UID == job.uid && !reported[pod.UID] {
 			reported[pod.UID] = true
 			fresh = append(fresh, pod)
 		}
@@ -232,6 +245,11 @@ func (r *TrainJobReconciler) readFailure(ctx context.Context, tj *trainer.TrainJ
 		ctrl.LoggerFrom(ctx).Error(err, "Reading why the TrainJob's pods failed", "jobSet", klog.KObj(js))
 		return
 	}
+	// A pod a Job did not make is no pod of the TrainJob, whatever its labels say.
+	pods.Items = slices.DeleteFunc(pods.Items, func(pod corev1.Pod) bool {
+		ref := metav1.GetControllerOf(&pod)
+		return ref == nil || ref.Kind != "Job"
+	})
 	if first, _ := podfailure.First(pods.Items, time.Now()); podfailure.Supersedes(first, tj.Status.Failure) {
 		tj.Status.Failure = first
 		tj.Status.AvoidedNodes = avoidNode(tj.Status.AvoidedNodes, first, avoidPolicy(js))

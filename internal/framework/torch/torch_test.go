@@ -155,8 +155,15 @@ func TestTorch(t *testing.T) {
 							{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
 							{Name: EnvRdzvID, Value: "mnist"},
 							{Name: EnvMaxRestarts, Value: "3"},
+							// A JobSet that restarts tells the trainer its attempt, and keeps a
+							// restart off a node that failed the last attempt.
+							{Name: "KUBEFLOW_TRAINER_RESTART_ATTEMPT", ValueFrom: &corev1.EnvVarSource{
+								FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}},
 						}
 						c.Ports = []corev1.ContainerPort{{Name: "torchrun", ContainerPort: 29400, Protocol: corev1.ProtocolTCP}}
+					}).
+					ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
+						j.Template.Labels = map[string]string{trainer.AvoidNodesLabel: string(trainer.AvoidNodesOnNodeFailures)}
 					}).Obj()
 				js.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{MaxRestarts: 3}
 				return js
