@@ -1,0 +1,122 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// failedPod makes a pod of the Job, as the Job controller would, on node, and fails it as a
+// kubelet would: its container "node" ended at finished with exitCode and reason, saying message.
+func failedPod(t *testing.T, job *batchv1.Job, rank int, node string, exitCode int32, reason, message string, finished time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name + "-" + strconv.Itoa(rank), Namespace: job.Namespace,
+			Labels: map[string]string{
+				"batch.kubernetes.io/controller-uid":    string(job.UID),
+				"jobset.sigs.k8s.io/replicatedjob-name": "node",
+				"jobset.sigs.k8s.io/restart-attempt":    "0",
+			},
+			Annotations:     map[string]string{"batch.kubernetes.io/job-completion-index": strconv.Itoa(rank)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers:                   []corev1.Container{{Name: "node", Image: "trainer"}},
+		},
+	}
+	require.NoError(t, k8sClient.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "node", Image: "trainer", ImageID: "trainer",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: exitCode, Reason: reason, Message: message, FinishedAt: metav1.NewTime(finished),
+		}},
+	}}}
+	require.NoError(t, k8sClient.Status().Update(ctx, pod))
+}
+
+// setFailed writes a Job's count of failed pods, as the Job controller would.
+func setFailed(t *testing.T, job *batchv1.Job, failed int32) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(job), job))
+		job.Status.Failed = failed
+		require.NoError(c, k8sClient.Status().Update(context.Background(), job))
+	}, timeout, interval)
+}
+
+// When a Job of the TrainJob's JobSet counts failed pods, the operator reads them: the first to
+// fail is in status.failure and in a PodFailed event, with its rank, container, exit code,
+// signal, node and last words. A Job that is not of its JobSet, though it bears its name, is not
+// heard.
+func TestAFailedPodIsTold(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	require.NoError(t, k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}))
+	tj := utiltesting.MakeTrainJob("told", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	// Someone else's Job, with the TrainJob's name on it and a failed pod, first.
+	foreign := createJob(t, js, "told-foreign")
+	failedPod(t, foreign, 0, "node-x", 1, "Error", "not the TrainJob's", time.Now().Add(-time.Hour))
+	setFailed(t, foreign, 1)
+	assertNever(t, func() bool {
+		got := &trainer.TrainJob{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), got))
+		return got.Status.Failure != nil || len(podFailedEvents(t, tj)) > 0
+	}, "a Job that is not of the TrainJob's JobSet spoke for it")
+
+	job := createJob(t, js, "told-node-0")
+	job.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(js, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"))}
+	require.NoError(t, k8sClient.Update(ctx, job))
+	now := time.Now().Truncate(time.Second)
+	failedPod(t, job, 1, "gpu-7", 137, "OOMKilled", "step 41\nstep 42", now.Add(-time.Minute))
+	failedPod(t, job, 0, "gpu-3", 1, "Error", "a peer went away", now)
+	setFailed(t, job, 2)
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.NotNil(c, tj.Status.Failure, "status.failure")
+	})
+	assert.Equal(t, &trainer.PodFailure{
+		Pod: "told-node-0-1", ReplicatedJob: "node", Rank: ptr.To[int32](1), Container: "node",
+		ExitCode: ptr.To[int32](137), Signal: ptr.To[int32](9), Reason: "OOMKilled", Message: "step 41\nstep 42",
+		Node: "gpu-7", Time: metav1.NewTime(now.Add(-time.Minute)),
+	}, got.Status.Failure)
+	assert.Empty(t, got.Status.AvoidedNodes, "a JobSet that does not restart keeps off no node")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events := podFailedEvents(c, tj)
+		if assert.Len(c, events, 1, "one event for the pods the Job counted at once") {
+			assert.Equal(c, "pod told-node-0-1 (replicated job node, rank 1, attempt 0), container node: OOMKilled, exit code 137 (signal 9), on node gpu-7; message:\nstep 41\nstep 42\n(1 more pods of the attempt failed with it)",
+				events[0].Message)
+		}
+	}, timeout, interval)
+}
+
+func podFailedEvents(t require.TestingT, tj *trainer.TrainJob) []corev1.Event {
+	list := &corev1.EventList{}
+	require.NoError(t, k8sClient.List(context.Background(), list, client.InNamespace(tj.Namespace)))
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == tj.Name && e.Reason == trainer.TrainJobPodFailedReason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
