@@ -38,12 +38,15 @@ func TestMetricsTellWhatHappened(t *testing.T) {
 		Spec:       jobsetv1alpha2.JobSetSpec{Suspend: ptr.To(true), ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{nodeJob("100m")}},
 	}
 	require.NoError(t, k8sClient.Create(ctx, squatter))
+	failingRuntime(t, ns, "metrics-oom", "OOMKilled", 1)
 	before := scrape(t)
 
+	oom := createTrainJob(t, ns, "oom", "metrics-oom", nil)
 	done := createTrainJob(t, ns, "done", "metrics", nil)
 	gang := createTrainJob(t, ns, "gang", "metrics-gang", nil)
 	running := runningTrainJob(t, ns, "running", "metrics")
 	taken := createTrainJob(t, ns, "taken", "metrics", nil)
+	waitForTrainJob(t, oom, isTrue(trainer.TrainJobFailed))
 	waitForComplete(t, done)
 	waitForComplete(t, gang)
 	waitForTrainJob(t, running, stateIs(trainer.TrainJobRunning))
@@ -71,5 +74,8 @@ func TestMetricsTellWhatHappened(t *testing.T) {
 		assert.GreaterOrEqual(c, delta("trainjob_time_to_first_pod_running_seconds", plain), 3.0, "TrainJobs whose first pod ran")
 		assert.GreaterOrEqual(c, delta("trainjob_creation_failures_total", with("reason", trainer.TrainJobObjectNotOwnedReason)), 1.0)
 		assert.GreaterOrEqual(c, delta("trainjob_gang_wait_seconds", map[string]string{"scheduler": "coscheduling"}), 1.0, "gangs scheduled")
+		assert.GreaterOrEqual(c, delta("trainjob_failures_total", with("reason", "OOMKilled")), 1.0, "TrainJobs that ran out of memory")
+		assert.GreaterOrEqual(c, delta("trainjob_pod_failures_total", with("reason", "OOMKilled")), 2.0, "pods that ran out of memory, one per attempt")
+		assert.GreaterOrEqual(c, delta("trainjob_restarts_total", with("cause", "failure")), 1.0, "restarts after a failure")
 	}, timeout, interval)
 }
