@@ -182,8 +182,10 @@ func (p *podFailures) read(ctx context.Context, job failedJob) error {
 	}
 	p.mu.Unlock()
 
+	// A finished TrainJob's pods that fail are its winding down (JobSet stops the Jobs left);
+	// the failure that ended it is in its Failed condition and its event.
 	failure, others := podfailure.First(fresh, time.Now())
-	if failure == nil {
+	if failure == nil || finished(tj) {
 		return nil
 	}
 	p.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobPodFailedReason, "Read", "%s", failureNote(failure, others))

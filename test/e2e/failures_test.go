@@ -93,11 +93,11 @@ func TestAFailedTrainJobSaysWhy(t *testing.T) {
 			assert.Contains(t, failed.Message, tc.message)
 
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
-				events := eventsOf(c, tj, trainer.TrainJobPodFailedReason)
-				if assert.NotEmpty(c, events, "no PodFailed event") {
+				events := eventsOf(c, tj, failed.Reason)
+				if assert.NotEmpty(c, events, "no %s event", failed.Reason) {
 					assert.Equal(c, corev1.EventTypeWarning, events[0].Type)
-					assert.Contains(c, events[0].Message, tc.reason)
-					assert.Contains(c, events[0].Message, "on node ")
+					assert.Contains(c, events[0].Message, "first failure: pod "+f.Pod)
+					assert.Contains(c, events[0].Message, "on node "+f.Node)
 				}
 			}, timeout, interval)
 		})
@@ -127,15 +127,10 @@ func TestARestartSaysWhyAndTheLastAttemptsFailureStays(t *testing.T) {
 			assert.Contains(c, restarted[0].Message, "Attempt 0 failed first at pod restarts-node-0-0-")
 			assert.Contains(c, restarted[0].Message, "OOMKilled, exit code 137 (signal 9)")
 		}
-		var attempts []string
-		for _, e := range eventsOf(c, tj, trainer.TrainJobPodFailedReason) {
-			for _, a := range []string{"attempt 0", "attempt 1"} {
-				if strings.Contains(e.Message, a+")") {
-					attempts = append(attempts, a)
-				}
-			}
+		podFailed := eventsOf(c, tj, trainer.TrainJobPodFailedReason)
+		if assert.NotEmpty(c, podFailed, "the failure of the attempt that was restarted is told as it happened") {
+			assert.Contains(c, podFailed[0].Message, "attempt 0), container node: OOMKilled")
 		}
-		assert.ElementsMatch(c, []string{"attempt 0", "attempt 1"}, attempts, "a PodFailed event for each attempt")
 	}, timeout, interval)
 }
 
@@ -188,11 +183,12 @@ func TestARestartKeepsOffTheNodeThatFailed(t *testing.T) {
 	require.NotNil(t, got.Status.Failure)
 	assert.Equal(t, int32(2), got.Status.Failure.Attempt)
 
-	// Each attempt's failure was told with its node: three attempts, three nodes.
-	nodes := map[string]string{}
+	// Each attempt's failure was told with its node (the last one's in the status): three
+	// attempts, three nodes.
+	nodes := map[string]string{"attempt 2": got.Status.Failure.Node}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, e := range eventsOf(c, tj, trainer.TrainJobPodFailedReason) {
-			for _, a := range []string{"attempt 0", "attempt 1", "attempt 2"} {
+			for _, a := range []string{"attempt 0", "attempt 1"} {
 				if strings.Contains(e.Message, a+")") {
 					_, node, _ := strings.Cut(e.Message, "on node ")
 					node, _, _ = strings.Cut(node, " ")
@@ -200,7 +196,7 @@ func TestARestartKeepsOffTheNodeThatFailed(t *testing.T) {
 				}
 			}
 		}
-		assert.Len(c, nodes, 3, "a PodFailed event for each attempt: %v", nodes)
+		assert.Len(c, nodes, 3, "a PodFailed event for each restarted attempt: %v", nodes)
 	}, timeout, interval)
 	assert.ElementsMatch(t, []string{pool + "-a", pool + "-b", pool + "-c"}, []string{nodes["attempt 0"], nodes["attempt 1"], nodes["attempt 2"]},
 		"each attempt ran on a node no earlier one failed on")
@@ -220,4 +216,25 @@ func TestARestartKeepsOffTheNodeThatFailed(t *testing.T) {
 	assert.Equal(t, "2", ps[0].Labels["jobset.sigs.k8s.io/restart-attempt"])
 	assert.Contains(t, ps[0].Spec.Containers[0].Env, corev1.EnvVar{Name: "KUBEFLOW_TRAINER_RESTART_ATTEMPT", ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}})
+}
+
+// TestATrainJobThatCouldNotStartSaysWhy gives a TrainJob on the real node an image that cannot be
+// pulled and a deadline: when the deadline fails it, its status says why it never ran.
+func TestATrainJobThatCouldNotStartSaysWhy(t *testing.T) {
+	ns := newNamespace(t)
+	shippedRuntimeCopy(t, ns, "torch", "torch-distributed", failOnce)
+	tj := onTheRealNode(utiltesting.MakeTrainJob("nopull", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch"), "torch", 1)
+	tj.Spec.Trainer.Image = ptr.To("localcluster.local/no-such-image:v1")
+	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](10)
+
+	got, _ := runOnTheRealNode(t, tj, trainer.TrainJobFailed)
+	failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+	assert.Equal(t, trainer.TrainJobDeadlineExceededReason, failed.Reason)
+	f := got.Status.Failure
+	require.NotNil(t, f, "status.failure")
+	assert.Contains(t, []string{"ErrImagePull", "ImagePullBackOff"}, f.Reason)
+	assert.Contains(t, f.Message, "no-such-image")
+	assert.Nil(t, f.ExitCode, "it never ran")
+	assert.Contains(t, failed.Message, "first failure: pod nopull-node-0-0-")
+	assert.Contains(t, failed.Message, "container node: "+f.Reason)
 }
