@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// reviewJob creates a Job in the namespace, controlled by owner when it is set.
+func reviewJob(t *testing.T, ns, name string, owner *metav1.OwnerReference) *batchv1.Job {
+	t.Helper()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+	}
+	if owner != nil {
+		job.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	require.NoError(t, k8sClient.Create(context.Background(), job))
+	return job
+}
+
+// reviewFailedPod creates a pod controlled by the Job, labelled as a pod of the JobSet's attempt
+// 0, and makes it Failed as the kubelet would, with the reason and message.
+func reviewFailedPod(t *testing.T, job *batchv1.Job, js *jobsetv1alpha2.JobSet, name, node, reason, message string) {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: job.Namespace,
+			Labels: map[string]string{jobsetv1alpha2.JobSetUIDKey: string(js.UID), "jobset.sigs.k8s.io/restart-attempt": "0",
+				jobsetv1alpha2.ReplicatedJobNameKey: "node"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "busybox"}}},
+	}
+	require.NoError(t, k8sClient.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "node", Image: "busybox", ImageID: "busybox",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message,
+			FinishedAt: metav1.Now()}}}}}
+	require.NoError(t, k8sClient.Status().Update(ctx, pod))
+}
+
+func failJobSet(t *testing.T, js *jobsetv1alpha2.JobSet) {
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
+		TerminalState: string(jobsetv1alpha2.JobSetFailed),
+		Conditions: []metav1.Condition{{Type: string(jobsetv1alpha2.JobSetFailed), Status: metav1.ConditionTrue, Reason: "FailedJobs",
+			Message: "jobset failed", LastTransitionTime: metav1.Now()}},
+	})
+}
+
+// TestReviewAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure (review finding):
+// readFailure (the reconcile's read of a Failed JobSet's, a restart's or a deadline's pods)
+// lists the pods by the JobSet's UID label and keeps any pod controlled by any Job. A neighbour
+// in the namespace (or a Job copied from one of the TrainJob's with its pod labels) whose pod
+// fails first is told as the TrainJob's failure: its pod name, its message, its node; with a
+// runtime's AllFailures policy, that node goes into status.avoidedNodes. podFailures checks the
+// Job's controller; readFailure does not.
+func TestReviewAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("victim", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	neighbour := reviewJob(t, ns, "neighbour", nil)
+	reviewFailedPod(t, neighbour, js, "neighbour-pod", "good-node", "", "FORGED: the learning rate is too high, lower it to 0")
+	failJobSet(t, js)
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs")
+	})
+	if f := got.Status.Failure; f != nil {
+		assert.NotEqual(t, "neighbour-pod", f.Pod, "status.failure is a pod of a Job that is not the JobSet's: %+v", *f)
+	}
+	assert.NotContains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "FORGED")
+}
+
+// TestReviewAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFailing (review
+// finding): status.failure.reason has maxLength 128, but podfailure.Read copies the pod's reason
+// (the kubelet's "OutOf<resource name>" for an extended resource, whose name may be 316
+// characters; anything a writer of pods/status puts there), a condition's reason or a
+// container's waiting/terminated reason, unbounded. readFailure puts it in the status the
+// reconcile writes: the API server refuses the whole write, every time, and the TrainJob, whose
+// JobSet failed, is never Failed (and its restarts never counted, which holds the Job webhook).
+func TestReviewAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFailing(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("long", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	job := reviewJob(t, ns, "long-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
+		Name: js.Name, UID: js.UID, Controller: ptr.To(true)})
+	reason := "OutOfaccelerators.example.com/" + strings.Repeat("a", 60) + "-" + strings.Repeat("b", 60)
+	reviewFailedPod(t, job, js, "long-node-0-0", "n1", reason, "the node has no such device left")
+	failJobSet(t, js)
+
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs")
+	})
+}
