@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,3 +143,42 @@ func TestReviewAJobDeletedWhileItsPodsAreReadIsNotRememberedForever(t *testing.T
 
 var _ = errors.New
 var _ = strings.Contains
+
+// TestReviewAJobOfManyFailingPodsIsReadInLinearCost (review finding, cost): each move of a Job's
+// failed count lists all of the Job's failed pods, whole (their specs, env and termination
+// messages of up to 4 KiB a container), past the cache, to report the few new ones. A Job of
+// 1,000 pods (numNodes 1,000, or backoffLimit/backoffLimitPerIndex that let pods fail on) whose
+// pods fail ten at a time, as the Job controller counts them, costs 100 lists of 505 pods on
+// average: 50,500 pods read to report 1,000.
+func TestReviewAJobOfManyFailingPodsIsReadInLinearCost(t *testing.T) {
+	const pods, step = 1000, 10
+	f := newReviewFixture()
+	var objs []client.Object
+	at := time.Now().Add(-time.Hour)
+	for i := range pods {
+		pod := f.failedPod(fmt.Sprintf("tj-node-0-%d", i), "n1", at.Add(time.Duration(i)*time.Second))
+		pod.Status.Phase = corev1.PodRunning // fails below, step by step
+		objs = append(objs, pod)
+	}
+	listed := 0
+	p, c, _ := f.podFailures(t, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			err := c.List(ctx, list, opts...)
+			if l, ok := list.(*corev1.PodList); ok {
+				listed += len(l.Items)
+			}
+			return err
+		},
+	}, objs...)
+	ctx := context.Background()
+	for failed := 0; failed < pods; failed += step {
+		for i := failed; i < failed+step; i++ {
+			pod := objs[i].(*corev1.Pod)
+			pod.Status.Phase = corev1.PodFailed
+			require.NoError(t, c.Status().Update(ctx, pod))
+		}
+		require.NoError(t, p.read(ctx, f.job)) // the Job's failed count moved by step
+	}
+	t.Logf("%d pods listed to report %d failures", listed, pods)
+	assert.LessOrEqual(t, listed, 2*pods, "pods read past the cache grow with the square of the Job's failures")
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +14,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -111,4 +114,92 @@ func TestReviewAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFail
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs")
 	})
+}
+
+// TestReviewANonUTF8TerminationMessageIsStillTold (review: held up): the manager reads pods as
+// protobuf, so a termination message that is not UTF-8 (Latin-1 text, bytes a trainer printed,
+// which FallbackToLogsOnError copies as they are) reaches podfailure raw. The status write (JSON)
+// turns each invalid byte into U+FFFD: 2,048 raw bytes become ~2,900 bytes but 2,048 characters,
+// within maxLength; the event is written too.
+func TestReviewANonUTF8TerminationMessageIsStillTold(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("latin1", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "latin1-node-0", Namespace: ns, Labels: map[string]string{trainer.TrainJobNameLabel: tj.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
+				Name: js.Name, UID: js.UID, Controller: ptr.To(true)}}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "busybox"}}}}},
+	}
+	require.NoError(t, k8sClient.Create(ctx, job))
+	time.Sleep(time.Second) // the manager's Job informer has it, with no failed pod
+
+	// 2 KiB of Latin-1 ("é" is 0xE9): not UTF-8.
+	message := strings.Repeat("d\xe9j\xe0 vu, \xe9chec ", 150)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "latin1-node-0-0", Namespace: ns,
+			Labels:          map[string]string{"batch.kubernetes.io/controller-uid": string(job.UID), "jobset.sigs.k8s.io/restart-attempt": "0"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "n1", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "busybox"}}},
+	}
+	require.NoError(t, k8sClient.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "node", Image: "busybox", ImageID: "busybox",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message,
+			FinishedAt: metav1.Now()}}}}}
+	require.NoError(t, k8sClient.Status().Update(ctx, pod)) // protobuf: the bytes are kept
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(job), job))
+		job.Status.Failed = 1
+		job.Status.StartTime = ptr.To(metav1.Now())
+		require.NoError(c, k8sClient.Status().Update(ctx, job))
+	}, timeout, interval)
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.NotNil(c, tj.Status.Failure, "status.failure")
+	})
+	t.Logf("status.failure.message: %d bytes, %d runes", len(got.Status.Failure.Message), utf8.RuneCountInString(got.Status.Failure.Message))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(t, got), "Warning/PodFailed")
+	}, 10*time.Second, interval)
+}
+
+// TestReviewARestartReadByTheReconcileKeepsOffTheFailedNode (review finding): when JobSet
+// restarts a TrainJob's pods and the pod failure reports did not record the failure (a manager
+// restarted or a leader changed meanwhile, a status write lost, see
+// TestReviewAFailedStatusWriteIsRetriedWithTheFailure), the reconcile reads the previous
+// attempt's pods (readFailure) and should add the failed pod's node to status.avoidedNodes under
+// the runtime's policy. It reads the policy from the JobSet's replicated job templates
+// (avoidPolicy), but the JobSet it has is the cache's, whose spec keepJobSetSummary cut to
+// spec.suspend: the policy is always "", and no node is ever avoided on this path. The restart
+// then runs anywhere, the failed node included.
+func TestReviewARestartReadByTheReconcileKeepsOffTheFailedNode(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	spec := utiltesting.MakeRuntimeSpec().NumNodes(1).Obj()
+	spec.Template.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{MaxRestarts: 3}
+	spec.RecoveryPolicy = &trainer.RecoveryPolicy{AvoidNodes: trainer.AvoidNodesOnAllFailures}
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.ClusterTrainingRuntime(ns, spec)))
+	tj := utiltesting.MakeTrainJob("restarts", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, ns).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	require.Equal(t, "AllFailures", js.Spec.ReplicatedJobs[0].Template.Labels[trainer.AvoidNodesLabel])
+
+	// The JobSet's own Job of attempt 0, whose pod failed on bad-node.
+	job := reviewJob(t, ns, "restarts-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
+		Name: js.Name, UID: js.UID, Controller: ptr.To(true)})
+	reviewFailedPod(t, job, js, "restarts-node-0-0", "bad-node", "", "CUDA error: uncorrectable ECC error encountered")
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{Restarts: 1})
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, int32(1), tj.Status.Restarts)
+	})
+	require.NotNil(t, got.Status.Failure, "the reconcile read the failure of attempt 0")
+	assert.Equal(t, "bad-node", got.Status.Failure.Node)
+	assert.Equal(t, []string{"bad-node"}, got.Status.AvoidedNodes, "the restart must keep off the node (recoveryPolicy.avoidNodes: AllFailures)")
 }
