@@ -182,3 +182,30 @@ func TestReviewAJobOfManyFailingPodsIsReadInLinearCost(t *testing.T) {
 	t.Logf("%d pods listed to report %d failures", listed, pods)
 	assert.LessOrEqual(t, listed, 2*pods, "pods read past the cache grow with the square of the Job's failures")
 }
+
+// TestReviewOneAttemptAvoidsOneNode (review finding): status.avoidedNodes is documented as "the
+// nodes of the first failed pods of its earlier attempts", but each failure that supersedes the
+// recorded one within the same attempt adds its node as well. The Job controller counts failed
+// pods as it sees them, not in the order they failed: rank 1 on node-b, which failed only
+// because rank 0 on node-a (the faulty GPU) broke the collective, is counted first and avoided;
+// then rank 0 is counted, its earlier failure supersedes, and node-a is avoided too. An innocent
+// node is kept off for the TrainJob's life, and a pool runs out of nodes twice as fast.
+func TestReviewOneAttemptAvoidsOneNode(t *testing.T) {
+	f := newReviewFixture()
+	failedAt := time.Now().Add(-time.Minute)
+	rank0 := f.failedPod("tj-node-0-0", "node-a", failedAt)
+	rank1 := f.failedPod("tj-node-0-1", "node-b", failedAt.Add(500*time.Millisecond))
+	rank0.Status.Phase = corev1.PodRunning // not counted yet
+	p, c, _ := f.podFailures(t, interceptor.Funcs{}, rank0, rank1)
+	ctx := context.Background()
+
+	require.NoError(t, p.read(ctx, f.job)) // the Job counted rank 1
+	rank0.Status.Phase = corev1.PodFailed
+	require.NoError(t, c.Status().Update(ctx, rank0))
+	require.NoError(t, p.read(ctx, f.job)) // then rank 0
+
+	got := &trainer.TrainJob{}
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(f.tj), got))
+	assert.Equal(t, "tj-node-0-0", got.Status.Failure.Pod, "the first failure of the attempt")
+	assert.Equal(t, []string{"node-a"}, got.Status.AvoidedNodes, "attempt 0's first failed pod's node, and only it")
+}
