@@ -1,11 +1,15 @@
 package pipeline
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework/plain"
@@ -34,4 +38,25 @@ func TestReviewRecoveryEnvSetByHandIsRefusedWithItsField(t *testing.T) {
 		require.ErrorContains(t, err, "KUBEFLOW_TRAINER_RESTART_ATTEMPT is set by the operator (for restarts)")
 		t.Log(err)
 	})
+}
+
+// TestReviewARestartThatIgnoresMaxRestartsIsARestart (review finding): JobSet restarts all of a
+// JobSet's Jobs under a failurePolicy rule RestartJobSetAndIgnoreMaxRestarts whatever
+// maxRestarts is, which is how a runtime restarts after host maintenance, preemption or a node's
+// loss without spending its budget for the training's own failures: the very restarts the
+// node-avoidance is for. applyRecovery looks at maxRestarts alone: with maxRestarts 0 and such a
+// rule, the trainer is not told its attempt and the restart keeps off no node.
+func TestReviewARestartThatIgnoresMaxRestartsIsARestart(t *testing.T) {
+	spec := utiltesting.MakeRuntimeSpec().Obj()
+	spec.Template.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{Rules: []jobsetv1alpha2.FailurePolicyRule{{
+		Name: "node-maintenance", Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts,
+		OnJobFailureReasons: []string{batchv1.JobReasonPodFailurePolicy}}}}
+	rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: ptr.To(spec)}
+	children, err := Build(utiltesting.MakeTrainJob("tj", "ns").Obj(), rt, plain.New())
+	require.NoError(t, err)
+	js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+	job := js.Spec.ReplicatedJobs[0].Template
+	assert.Equal(t, "NodeFailures", job.Labels[trainer.AvoidNodesLabel], "the restart's Jobs go through the webhook")
+	assert.True(t, slices.ContainsFunc(job.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == RestartAttemptEnv }),
+		"the trainer is told its attempt")
 }
