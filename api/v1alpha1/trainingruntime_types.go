@@ -29,8 +29,9 @@ const (
 	TrainJobNameLabel = "trainer.kubeflow.org/trainjob-name"
 
 	// AvoidNodesLabel on a TrainJob's Jobs is its runtime's recoveryPolicy.avoidNodes, on the
-	// Jobs of a JobSet that restarts (failurePolicy.maxRestarts above 0) and a policy other than
-	// Never: the Jobs of a restart keep off the TrainJob's status.avoidedNodes.
+	// Jobs of a JobSet that restarts (failurePolicy.maxRestarts above 0, or a rule that restarts
+	// regardless) and a policy other than Never: the pods of a restart prefer the nodes that are
+	// not in the TrainJob's status.avoidedNodes.
 	AvoidNodesLabel = "trainer.kubeflow.org/avoid-nodes"
 )
 
@@ -137,17 +138,19 @@ const (
 
 // RecoveryPolicy is how a TrainJob recovers from a restart of all of its pods.
 type RecoveryPolicy struct {
-	// AvoidNodes is after which failures the restarted pods keep off the node the TrainJob's first
-	// failed pod ran on: NodeFailures (the default), AllFailures or Never. The nodes are kept in
-	// the TrainJob's status.avoidedNodes (the last 16) and apply to that TrainJob alone: no node
-	// is changed.
+	// AvoidNodes is after which failures the restarted pods keep off the node the attempt's first
+	// failed pod ran on: NodeFailures (the default), AllFailures or Never. The restart's pods
+	// prefer, with the greatest weight, every other node: the scheduler puts them on an avoided
+	// node only when no other fits, rather than leave them pending. The nodes are kept in the
+	// TrainJob's status.avoidedNodes (the last 16) and apply to that TrainJob alone: no node is
+	// changed.
 	// +optional
 	AvoidNodes AvoidNodesPolicy `json:"avoidNodes,omitempty"`
 
 	// CheckpointDir is the directory where the trainer keeps its checkpoints, on storage that
-	// outlives its pods (a volume the runtime mounts). Every container of the TrainJob gets it
-	// in KUBEFLOW_TRAINER_CHECKPOINT_DIR, so that a restarted, resumed or preempted trainer
-	// resumes from the newest checkpoint there instead of starting over.
+	// outlives its pods (a volume the runtime mounts). The trainer container gets it in
+	// KUBEFLOW_TRAINER_CHECKPOINT_DIR, so that a restarted, resumed or preempted trainer resumes
+	// from the newest checkpoint there instead of starting over.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096

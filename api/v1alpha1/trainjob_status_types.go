@@ -167,9 +167,9 @@ type TrainJobStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Restarts int32 `json:"restarts,omitempty"`
 
-	// AvoidedNodes are the nodes a restart of the TrainJob's pods keeps off (the runtime's
-	// recoveryPolicy.avoidNodes): the nodes of the first failed pods of its earlier attempts,
-	// the last 16. They apply to this TrainJob alone.
+	// AvoidedNodes are the nodes a restart of the TrainJob's pods keeps off where another node
+	// fits (the runtime's recoveryPolicy.avoidNodes): the nodes of the first failed pods of its
+	// earlier attempts, one per attempt, the last 16. They apply to this TrainJob alone.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16

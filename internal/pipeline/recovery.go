@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -32,7 +35,7 @@ func applyRecovery(b *framework.Draft) error {
 	if policy.CheckpointDir != "" {
 		b.SetEnv(corev1.EnvVar{Name: CheckpointDirEnv, Value: policy.CheckpointDir})
 	}
-	if fp := b.JobSet.Spec.FailurePolicy; fp == nil || fp.MaxRestarts == 0 {
+	if !restarts(b.JobSet.Spec.FailurePolicy) {
 		return nil
 	}
 	b.SetEnv(corev1.EnvVar{Name: RestartAttemptEnv, ValueFrom: &corev1.EnvVarSource{
@@ -53,4 +56,12 @@ func applyRecovery(b *framework.Draft) error {
 		job.Labels[trainer.AvoidNodesLabel] = string(avoid)
 	}
 	return nil
+}
+
+// restarts tells whether a JobSet may restart its Jobs: it has restarts to spend, or a rule
+// that restarts without spending them (after a node's maintenance or loss, say).
+func restarts(fp *jobsetv1alpha2.FailurePolicy) bool {
+	return fp != nil && (fp.MaxRestarts > 0 || slices.ContainsFunc(fp.Rules, func(r jobsetv1alpha2.FailurePolicyRule) bool {
+		return r.Action == jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts
+	}))
 }

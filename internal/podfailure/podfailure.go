@@ -64,11 +64,19 @@ var nodeReasons = map[string]bool{
 // the time of a failure whose pod records none.
 func Read(pod *corev1.Pod, now time.Time) *trainer.PodFailure {
 	f := &trainer.PodFailure{
-		Pod:           pod.Name,
-		ReplicatedJob: pod.Labels[jobsetv1alpha2.ReplicatedJobNameKey],
-		Node:          pod.Spec.NodeName,
+		Pod:           cut(pod.Name, 253),
+		ReplicatedJob: cut(pod.Labels[jobsetv1alpha2.ReplicatedJobNameKey], 63),
+		Node:          cut(pod.Spec.NodeName, 253),
 		Time:          metav1.NewTime(now),
 	}
+	// The status takes each text at most as long as its field allows: a kubelet's reason may be
+	// longer (OutOf and an extended resource's name), and whoever may write a pod's status
+	// writes what it likes.
+	defer func() {
+		if f != nil {
+			f.Container, f.Reason = cut(f.Container, 63), cut(f.Reason, 128)
+		}
+	}()
 	if i, err := strconv.ParseInt(pod.Annotations[completionIndexAnnotation], 10, 32); err == nil {
 		f.Rank = ptr.To(int32(i))
 	}
@@ -257,6 +265,17 @@ func Tail(message string) string {
 		message = strings.Join(lines[len(lines)-MaxMessageLines:], "\n")
 	}
 	return tailBytes(message, MaxMessageBytes)
+}
+
+// cut is the start of s of at most n bytes, cut at a character's start.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // tailBytes is the end of s of at most n bytes, cut at a character's start.

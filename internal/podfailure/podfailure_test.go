@@ -211,3 +211,14 @@ func TestMetricReason(t *testing.T) {
 		assert.Equal(t, want, MetricReason(reason), reason)
 	}
 }
+
+func TestReadKeepsEachTextWithinItsField(t *testing.T) {
+	p := pod(strings.Repeat("p", 300), 1, 0, corev1.PodFailed, terminated(1, strings.Repeat("r", 300), "", t1))
+	p.Status.ContainerStatuses[0].Name = strings.Repeat("c", 100)
+	p.Status.Reason = "OutOf" + strings.Repeat("example.com~1gpu", 20)
+	f := Read(&p, now)
+	assert.Len(t, f.Pod, 253)
+	assert.Len(t, f.Container, 63)
+	assert.Len(t, f.Reason, 128)
+	assert.True(t, strings.HasPrefix(f.Reason, "OutOfexample.com~1gpu"))
+}

@@ -202,15 +202,14 @@ func TestARestartKeepsOffTheNodeThatFailed(t *testing.T) {
 		"each attempt ran on a node no earlier one failed on")
 	assert.Equal(t, []string{nodes["attempt 0"], nodes["attempt 1"], nodes["attempt 2"]}, got.Status.AvoidedNodes)
 
-	// The last attempt's Job kept off the first two nodes; its pod knows its attempt.
+	// The last attempt's Job preferred the nodes other than the first two; its pod knows its
+	// attempt.
 	jobs := jobsOf(t, tj)
 	require.Len(t, jobs, 1)
-	terms := jobs[0].Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	require.Len(t, terms, 1)
-	assert.Equal(t, []corev1.NodeSelectorRequirement{
+	assert.Equal(t, []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
 		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{nodes["attempt 0"]}},
 		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{nodes["attempt 1"]}},
-	}, terms[0].MatchFields)
+	}}}}, jobs[0].Spec.Template.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
 	ps := pods(t, tj)
 	require.Len(t, ps, 1)
 	assert.Equal(t, "2", ps[0].Labels["jobset.sigs.k8s.io/restart-attempt"])

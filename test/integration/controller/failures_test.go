@@ -86,9 +86,10 @@ func TestAFailedPodIsTold(t *testing.T) {
 	job := createJob(t, js, "told-node-0")
 	job.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(js, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"))}
 	require.NoError(t, k8sClient.Update(ctx, job))
-	now := time.Now().Truncate(time.Second)
-	failedPod(t, job, 1, "gpu-7", 137, "OOMKilled", "step 41\nstep 42", now.Add(-time.Minute))
-	failedPod(t, job, 0, "gpu-3", 1, "Error", "a peer went away", now)
+	// Rank 1 failed first; rank 0, whose peer went away, a minute later.
+	now := time.Now().Truncate(time.Second).Add(time.Second)
+	failedPod(t, job, 1, "gpu-7", 137, "OOMKilled", "step 41\nstep 42", now)
+	failedPod(t, job, 0, "gpu-3", 1, "Error", "a peer went away", now.Add(time.Minute))
 	setFailed(t, job, 2)
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
@@ -97,7 +98,7 @@ func TestAFailedPodIsTold(t *testing.T) {
 	assert.Equal(t, &trainer.PodFailure{
 		Pod: "told-node-0-1", ReplicatedJob: "node", Rank: ptr.To[int32](1), Container: "node",
 		ExitCode: ptr.To[int32](137), Signal: ptr.To[int32](9), Reason: "OOMKilled", Message: "step 41\nstep 42",
-		Node: "gpu-7", Time: metav1.NewTime(now.Add(-time.Minute)),
+		Node: "gpu-7", Time: metav1.NewTime(now),
 	}, got.Status.Failure)
 	assert.Empty(t, got.Status.AvoidedNodes, "a JobSet that does not restart keeps off no node")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

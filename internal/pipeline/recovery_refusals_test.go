@@ -17,10 +17,10 @@ import (
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
-// TestReviewRecoveryEnvSetByHandIsRefusedWithItsField (review: held up): the runtime's trainer
+// TestRecoveryEnvSetByHandIsRefusedWithItsField: the runtime's trainer
 // container, and a TrainJob's podSpecOverrides of it, that set an env var the operator sets for
 // restarts are refused with the field named.
-func TestReviewRecoveryEnvSetByHandIsRefusedWithItsField(t *testing.T) {
+func TestRecoveryEnvSetByHandIsRefusedWithItsField(t *testing.T) {
 	t.Run("the runtime's", func(t *testing.T) {
 		spec := utiltesting.MakeRuntimeSpec().Obj()
 		spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: CheckpointDirEnv, Value: "/x"}}
@@ -36,17 +36,16 @@ func TestReviewRecoveryEnvSetByHandIsRefusedWithItsField(t *testing.T) {
 				Env: []corev1.EnvVar{{Name: RestartAttemptEnv, Value: "7"}}}}}}).Obj()
 		_, err := Build(tj, rt, plain.New())
 		require.ErrorContains(t, err, "KUBEFLOW_TRAINER_RESTART_ATTEMPT is set by the operator (for restarts)")
-		t.Log(err)
+
 	})
 }
 
-// TestReviewARestartThatIgnoresMaxRestartsIsARestart (review finding): JobSet restarts all of a
-// JobSet's Jobs under a failurePolicy rule RestartJobSetAndIgnoreMaxRestarts whatever
-// maxRestarts is, which is how a runtime restarts after host maintenance, preemption or a node's
-// loss without spending its budget for the training's own failures: the very restarts the
-// node-avoidance is for. applyRecovery looks at maxRestarts alone: with maxRestarts 0 and such a
-// rule, the trainer is not told its attempt and the restart keeps off no node.
-func TestReviewARestartThatIgnoresMaxRestartsIsARestart(t *testing.T) {
+// JobSet restarts all of a JobSet's Jobs under a failurePolicy rule RestartJobSetAndIgnoreMaxRestarts
+// whatever maxRestarts is: how a runtime restarts after host maintenance, preemption or a node's
+// loss without spending its budget for the training's own failures, the very restarts the
+// node avoidance is for. With maxRestarts 0 and such a rule, the trainer is told its attempt and
+// a restart keeps off the failed node.
+func TestARestartThatIgnoresMaxRestartsIsARestart(t *testing.T) {
 	spec := utiltesting.MakeRuntimeSpec().Obj()
 	spec.Template.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{Rules: []jobsetv1alpha2.FailurePolicyRule{{
 		Name: "node-maintenance", Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts,

@@ -21,24 +21,28 @@ import (
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
-// reviewJob creates a Job in the namespace, controlled by owner when it is set.
-func reviewJob(t *testing.T, ns, name string, owner *metav1.OwnerReference) *batchv1.Job {
+// jobOf creates a Job in the namespace, controlled by owner when it is set, labelled with the
+// TrainJob's name and the avoid-nodes policy when given, as the build labels its JobSet's Jobs.
+func jobOf(t *testing.T, ns, name string, owner *metav1.OwnerReference, labels ...string) *batchv1.Job {
 	t.Helper()
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{}},
 		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
 	}
 	if owner != nil {
 		job.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
+	for i := 0; i+1 < len(labels); i += 2 {
+		job.Labels[labels[i]] = labels[i+1]
+	}
 	require.NoError(t, k8sClient.Create(context.Background(), job))
 	return job
 }
 
-// reviewFailedPod creates a pod controlled by the Job, labelled as a pod of the JobSet's attempt
+// failPodOf creates a pod controlled by the Job, labelled as a pod of the JobSet's attempt
 // 0, and makes it Failed as the kubelet would, with the reason and message.
-func reviewFailedPod(t *testing.T, job *batchv1.Job, js *jobsetv1alpha2.JobSet, name, node, reason, message string) {
+func failPodOf(t *testing.T, job *batchv1.Job, js *jobsetv1alpha2.JobSet, name, node, reason, message string) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -64,22 +68,18 @@ func failJobSet(t *testing.T, js *jobsetv1alpha2.JobSet) {
 	})
 }
 
-// TestReviewAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure (review finding):
-// readFailure (the reconcile's read of a Failed JobSet's, a restart's or a deadline's pods)
-// lists the pods by the JobSet's UID label and keeps any pod controlled by any Job. A neighbour
-// in the namespace (or a Job copied from one of the TrainJob's with its pod labels) whose pod
-// fails first is told as the TrainJob's failure: its pod name, its message, its node; with a
-// runtime's AllFailures policy, that node goes into status.avoidedNodes. podFailures checks the
-// Job's controller; readFailure does not.
-func TestReviewAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure(t *testing.T) {
+// A pod of a neighbour's Job that bears the JobSet's UID label and fails first is not the
+// TrainJob's failure: the reconcile's read of a Failed JobSet's pods counts the pods of the
+// JobSet's own Jobs alone.
+func TestAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
 	tj := utiltesting.MakeTrainJob("victim", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
 
-	neighbour := reviewJob(t, ns, "neighbour", nil)
-	reviewFailedPod(t, neighbour, js, "neighbour-pod", "good-node", "", "FORGED: the learning rate is too high, lower it to 0")
+	neighbour := jobOf(t, ns, "neighbour", nil)
+	failPodOf(t, neighbour, js, "neighbour-pod", "good-node", "", "FORGED: the learning rate is too high, lower it to 0")
 	failJobSet(t, js)
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
@@ -91,24 +91,20 @@ func TestReviewAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure(t *te
 	assert.NotContains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "FORGED")
 }
 
-// TestReviewAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFailing (review
-// finding): status.failure.reason has maxLength 128, but podfailure.Read copies the pod's reason
-// (the kubelet's "OutOf<resource name>" for an extended resource, whose name may be 316
-// characters; anything a writer of pods/status puts there), a condition's reason or a
-// container's waiting/terminated reason, unbounded. readFailure puts it in the status the
-// reconcile writes: the API server refuses the whole write, every time, and the TrainJob, whose
-// JobSet failed, is never Failed (and its restarts never counted, which holds the Job webhook).
-func TestReviewAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFailing(t *testing.T) {
+// A pod's reason longer than status.failure.reason allows (the kubelet's "OutOf" and an extended
+// resource's name; anything a writer of pod status puts there) is cut to fit: the status write
+// that fails the TrainJob is never refused for it.
+func TestAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFailing(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
 	tj := utiltesting.MakeTrainJob("long", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
 
-	job := reviewJob(t, ns, "long-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
-		Name: js.Name, UID: js.UID, Controller: ptr.To(true)})
+	job := jobOf(t, ns, "long-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
+		Name: js.Name, UID: js.UID, Controller: ptr.To(true)}, trainer.TrainJobNameLabel, tj.Name)
 	reason := "OutOfaccelerators.example.com/" + strings.Repeat("a", 60) + "-" + strings.Repeat("b", 60)
-	reviewFailedPod(t, job, js, "long-node-0-0", "n1", reason, "the node has no such device left")
+	failPodOf(t, job, js, "long-node-0-0", "n1", reason, "the node has no such device left")
 	failJobSet(t, js)
 
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
@@ -116,12 +112,10 @@ func TestReviewAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFail
 	})
 }
 
-// TestReviewANonUTF8TerminationMessageIsStillTold (review: held up): the manager reads pods as
-// protobuf, so a termination message that is not UTF-8 (Latin-1 text, bytes a trainer printed,
-// which FallbackToLogsOnError copies as they are) reaches podfailure raw. The status write (JSON)
-// turns each invalid byte into U+FFFD: 2,048 raw bytes become ~2,900 bytes but 2,048 characters,
-// within maxLength; the event is written too.
-func TestReviewANonUTF8TerminationMessageIsStillTold(t *testing.T) {
+// A termination message that is not UTF-8 (bytes a trainer printed, which FallbackToLogsOnError
+// copies as they are) is still told: the status write (JSON) makes each invalid byte U+FFFD,
+// within the field's length, and the event is written too.
+func TestANonUTF8TerminationMessageIsStillTold(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
 	tj := utiltesting.MakeTrainJob("latin1", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
@@ -169,16 +163,10 @@ func TestReviewANonUTF8TerminationMessageIsStillTold(t *testing.T) {
 	}, 10*time.Second, interval)
 }
 
-// TestReviewARestartReadByTheReconcileKeepsOffTheFailedNode (review finding): when JobSet
-// restarts a TrainJob's pods and the pod failure reports did not record the failure (a manager
-// restarted or a leader changed meanwhile, a status write lost, see
-// TestReviewAFailedStatusWriteIsRetriedWithTheFailure), the reconcile reads the previous
-// attempt's pods (readFailure) and should add the failed pod's node to status.avoidedNodes under
-// the runtime's policy. It reads the policy from the JobSet's replicated job templates
-// (avoidPolicy), but the JobSet it has is the cache's, whose spec keepJobSetSummary cut to
-// spec.suspend: the policy is always "", and no node is ever avoided on this path. The restart
-// then runs anywhere, the failed node included.
-func TestReviewARestartReadByTheReconcileKeepsOffTheFailedNode(t *testing.T) {
+// When JobSet restarts a TrainJob's pods and the pod failure reports did not record the failure
+// (a manager restarted or a leader changed meanwhile), the reconcile reads the previous attempt's
+// pods and keeps the restart off the failed pod's node, under the policy its Jobs bear.
+func TestARestartReadByTheReconcileKeepsOffTheFailedNode(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	spec := utiltesting.MakeRuntimeSpec().NumNodes(1).Obj()
@@ -191,9 +179,9 @@ func TestReviewARestartReadByTheReconcileKeepsOffTheFailedNode(t *testing.T) {
 	require.Equal(t, "AllFailures", js.Spec.ReplicatedJobs[0].Template.Labels[trainer.AvoidNodesLabel])
 
 	// The JobSet's own Job of attempt 0, whose pod failed on bad-node.
-	job := reviewJob(t, ns, "restarts-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
-		Name: js.Name, UID: js.UID, Controller: ptr.To(true)})
-	reviewFailedPod(t, job, js, "restarts-node-0-0", "bad-node", "", "CUDA error: uncorrectable ECC error encountered")
+	job := jobOf(t, ns, "restarts-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
+		Name: js.Name, UID: js.UID, Controller: ptr.To(true)}, trainer.TrainJobNameLabel, tj.Name, trainer.AvoidNodesLabel, "AllFailures")
+	failPodOf(t, job, js, "restarts-node-0-0", "bad-node", "", "CUDA error: uncorrectable ECC error encountered")
 	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{Restarts: 1})
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {

@@ -13,13 +13,11 @@ import (
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
-// TestReviewARestartThatMayRunNowhereDoesNotHangForever (review finding): a one-node TrainJob on
-// a pool of two nodes whose kubelets evict its pod each time, under a JobSet that may restart
-// three times. After two evictions status.avoidedNodes names both nodes of the pool, and the
-// Job webhook gives the third attempt a required NotIn of both: its pod can be scheduled
-// nowhere. Expected: the TrainJob still ends (runs the attempt somewhere, or fails). Seen: it
-// stays with a Pending pod forever, neither Running nor Failed, and nothing says why.
-func TestReviewARestartThatMayRunNowhereDoesNotHangForever(t *testing.T) {
+// TestARestartThatMayRunNowhereElseStillEnds runs a one-node TrainJob on a pool of two nodes
+// whose kubelets evict its pod each time, under a JobSet that may restart three times: after two
+// evictions both nodes of the pool are avoided, and the third attempt runs on one of them rather
+// than nowhere, so the TrainJob ends (here Failed, its restarts spent) instead of waiting forever.
+func TestARestartThatMayRunNowhereElseStillEnds(t *testing.T) {
 	ns := newNamespace(t)
 	pool := ns
 	for _, n := range []string{"a", "b"} {
