@@ -110,7 +110,7 @@ func TestTheJobWebhookSteersOnlyARestartOfTheTrainJobsOwnJobSet(t *testing.T) {
 	assert.Contains(t, string(resp.Patch), `"metadata.name","operator":"NotIn","values":["n1"]`, "a restart of the TrainJob's JobSet")
 
 	for name, owner := range map[string]*jobsetv1alpha2.JobSet{
-		"no controller": nil,
+		"no controller":              nil,
 		"another JobSet of the name": {ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns", UID: "other"}},
 	} {
 		resp := admitJob(t, a, owner, "1")
