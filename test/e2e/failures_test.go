@@ -226,7 +226,9 @@ func TestATrainJobThatCouldNotStartSaysWhy(t *testing.T) {
 	tj.Spec.Trainer.Image = ptr.To("localcluster.local/no-such-image:v1")
 	tj.Spec.ActiveDeadlineSeconds = ptr.To[int64](10)
 
-	got, _ := runOnTheRealNode(t, tj, trainer.TrainJobFailed)
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	explainOnFailure(t, tj)
+	got := utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobFailed))
 	failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
 	assert.Equal(t, trainer.TrainJobDeadlineExceededReason, failed.Reason)
 	f := got.Status.Failure
