@@ -53,11 +53,22 @@ var (
 		Help:    "Seconds from a TrainJob's PodGroup's creation to its scheduler reporting the gang running, by scheduler.",
 		Buckets: latencyBuckets,
 	}, []string{"scheduler"})
+	stalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_stalls_total",
+		Help: "TrainJobs that stalled (their trainer's progress did not advance for their progress deadline while their pods ran), by framework and the stall policy's action.",
+	}, []string{"framework", "action"})
+	restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_restarts_total",
+		Help: "Restarts of every pod of a TrainJob that the operator made, by framework and cause (stall).",
+	}, []string{"framework", "cause"})
 	trainJobs = &trainJobsCollector{}
 )
 
+// Causes of the operator's restarts, the cause label of trainjob_restarts_total.
+const restartCauseStall = "stall"
+
 func init() {
-	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait, trainJobs)
+	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait, stalls, restarts, trainJobs)
 }
 
 // recordMetrics counts what a written status says happened to the TrainJob since before; reason
@@ -75,6 +86,17 @@ func recordMetrics(fw framework.Framework, tj *trainer.TrainJob, before *trainer
 	// pods were ready, and are again, is observed again.
 	if to == trainer.TrainJobRunning && from != to && apimeta.FindStatusCondition(before.Conditions, trainer.TrainJobRunning) == nil {
 		timeToRunning.WithLabelValues(fw.Name()).Observe(age)
+	}
+}
+
+// recordStallMetrics counts a stall and a restart for a stall that a written status records
+// since before; action says the stall policy's action, read only when the TrainJob stalled.
+func recordStallMetrics(fw framework.Framework, tj *trainer.TrainJob, before *trainer.TrainJobStatus, action func() trainer.StallAction) {
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobStalled) && !apimeta.IsStatusConditionTrue(before.Conditions, trainer.TrainJobStalled) {
+		stalls.WithLabelValues(fw.Name(), string(action())).Inc()
+	}
+	if n := tj.Status.StallRestarts - before.StallRestarts; n > 0 {
+		restarts.WithLabelValues(fw.Name(), restartCauseStall).Add(float64(n))
 	}
 }
 
