@@ -162,12 +162,14 @@ func (r *TrainJobReconciler) catchStall(ctx context.Context, tj *trainer.TrainJo
 	}
 	d, ok := progressDeadlineOf(tj, rt)
 	if c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobStalled); c != nil && c.Status == metav1.ConditionTrue {
-		last := tj.Status.LastProgressTime
+		// Times are kept to the second, and a stall comes a second or more after the start and
+		// the progress it counts from: a start or a progress of the second it stalled is later.
+		last, stalled := tj.Status.LastProgressTime, &c.LastTransitionTime
 		switch {
-		case startedAt(tj).After(c.LastTransitionTime.Time):
+		case !ptr.To(startedAt(tj)).Before(stalled):
 			setCondition(tj, trainer.TrainJobStalled, metav1.ConditionFalse, trainer.TrainJobResumedReason,
 				"The TrainJob was suspended and resumed since it stalled: the stall clock starts again")
-		case last != nil && last.After(c.LastTransitionTime.Time):
+		case last != nil && !last.Before(stalled):
 			setCondition(tj, trainer.TrainJobStalled, metav1.ConditionFalse, trainer.TrainJobProgressResumedReason,
 				"The trainer's progress advanced again at "+last.UTC().Format(time.RFC3339))
 		case ok:
