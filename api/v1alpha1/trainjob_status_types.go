@@ -56,7 +56,8 @@ const (
 	// TrainJobSuspendedReason explains Suspended=True.
 	TrainJobSuspendedReason = "Suspended"
 
-	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed.
+	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed, and
+	// Stalled=False when it was resumed after it stalled: a new run starts a new stall clock.
 	TrainJobResumedReason = "Resumed"
 
 	// TrainJobNodesReadyReason explains Running=True.
