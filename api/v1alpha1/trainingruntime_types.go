@@ -107,6 +107,16 @@ type TrainingRuntimeSpec struct {
 	// +optional
 	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
 
+	// StallPolicy catches a training that hangs while its pods run (an NCCL hang, a deadlock):
+	// when the trainer's progress reports stop advancing for progressDeadlineSeconds, the
+	// TrainJob gets a Stalled condition and event, and action says what else happens. A TrainJob
+	// whose trainer never reports progress is never called stalled. A TrainJob's
+	// spec.progressDeadlineSeconds overrides the deadline; the action stays the runtime's. A
+	// TrainJob keeps the policy of the runtime as it was when it was first built. This operator's
+	// field: upstream Kubeflow Trainer has none.
+	// +optional
+	StallPolicy *StallPolicy `json:"stallPolicy,omitempty"`
+
 	// Template is the JobSet each TrainJob starts from. Its trainer job is the replicated job whose
 	// Job template or Pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
 	// +required
@@ -157,6 +167,38 @@ type RecoveryPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="checkpointDir must be an absolute path"
 	CheckpointDir string `json:"checkpointDir,omitempty"`
 }
+
+// StallPolicy says when a training counts as stalled and what the operator then does.
+type StallPolicy struct {
+	// ProgressDeadlineSeconds is how long the trainer's reported progress (its
+	// progressPercentage, estimatedRemainingSeconds or metrics) may stay the same while every pod
+	// of the training runs, counted from its last change or from when the pods last all became
+	// ready, whichever is later.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds"`
+
+	// Action is what happens to a stalled TrainJob besides its Stalled condition and event: Fail
+	// stops its pods and fails it (reason ProgressDeadlineExceeded); Restart stops all its pods
+	// and starts them again, as a whole, counted in status.stallRestarts; Report does nothing
+	// more, and the condition goes once progress advances again.
+	// Defaults to Fail.
+	// +optional
+	// +kubebuilder:default=Fail
+	Action StallAction `json:"action,omitempty"`
+}
+
+// StallAction is what happens to a stalled TrainJob.
+//
+// +kubebuilder:validation:Enum=Fail;Restart;Report
+type StallAction string
+
+// Stall actions.
+const (
+	StallActionFail    StallAction = "Fail"
+	StallActionRestart StallAction = "Restart"
+	StallActionReport  StallAction = "Report"
+)
 
 // JobSetTemplateSpec is the JobSet a TrainJob starts from. The JobSet's name and namespace are the
 // TrainJob's.

@@ -22,6 +22,11 @@ const (
 
 	// TrainJobFailed is True when the TrainJob failed. It is terminal.
 	TrainJobFailed = "Failed"
+
+	// TrainJobStalled is True while the trainer's reported progress has not advanced for the
+	// TrainJob's progress deadline while every pod of its training ran. It is this operator's:
+	// upstream Kubeflow Trainer has no such condition.
+	TrainJobStalled = "Stalled"
 )
 
 // Condition reasons of TrainJob status.conditions.
@@ -51,7 +56,8 @@ const (
 	// TrainJobSuspendedReason explains Suspended=True.
 	TrainJobSuspendedReason = "Suspended"
 
-	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed.
+	// TrainJobResumedReason explains Suspended=False after the TrainJob was resumed, and
+	// Stalled=False when it was resumed after it stalled: a new run starts a new stall clock.
 	TrainJobResumedReason = "Resumed"
 
 	// TrainJobNodesReadyReason explains Running=True.
@@ -84,13 +90,24 @@ const (
 	// failed: the event says which, how, on which node, and its last log lines.
 	TrainJobPodFailedReason = "PodFailed"
 
-	// TrainJobRestartedReason is the reason of the Warning event of a TrainJob all of whose pods
-	// were restarted: the event says which attempt this is and why.
-	TrainJobRestartedReason = "Restarted"
-
 	// TrainJobDeadlineExceededReason explains Failed=True when the TrainJob ran longer than
 	// spec.activeDeadlineSeconds, as for a Job.
 	TrainJobDeadlineExceededReason = "DeadlineExceeded"
+
+	// TrainJobProgressDeadlineExceededReason explains Stalled=True, and Failed=True when the
+	// runtime's stallPolicy.action is Fail: the trainer's progress did not advance for the
+	// progress deadline.
+	TrainJobProgressDeadlineExceededReason = "ProgressDeadlineExceeded"
+
+	// TrainJobRestartedReason explains Stalled=False once the operator restarted a stalled
+	// TrainJob's pods (stallPolicy.action Restart), and is the reason of the Warning event of a
+	// TrainJob all of whose pods JobSet restarted after a failure: the event says which attempt
+	// this is and why.
+	TrainJobRestartedReason = "Restarted"
+
+	// TrainJobProgressResumedReason explains Stalled=False once the trainer's progress advanced
+	// again.
+	TrainJobProgressResumedReason = "ProgressResumed"
 )
 
 // TrainJobPending is status.state of a TrainJob whose JobSet is not made yet, or cannot be (a
@@ -114,6 +131,23 @@ type TrainJobStatus struct {
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 
+	// ReadyTime is when every pod of the training last became ready: when status.state last
+	// became Running. A stall is counted from it or from lastProgressTime, whichever is later.
+	// +optional
+	ReadyTime *metav1.Time `json:"readyTime,omitempty"`
+
+	// LastProgressTime is when the trainer's reported progress last changed (its
+	// progressPercentage, estimatedRemainingSeconds or metrics), by the operator's clock, not
+	// the trainer's. A TrainJob is Stalled when it stays the same past its progress deadline.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
+
+	// StallRestarts is how many times the operator restarted the TrainJob's pods because it
+	// stalled (its runtime's stallPolicy.action is Restart).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	StallRestarts int32 `json:"stallRestarts,omitempty"`
+
 	// ObservedGeneration is the TrainJob's generation its JobSet was last made from, or brought
 	// in line with.
 	// +optional
@@ -122,10 +156,11 @@ type TrainJobStatus struct {
 	// Conditions of the TrainJob. By default, upstream Kubeflow Trainer's: Suspended while the
 	// TrainJob is suspended (removed when it is resumed), the terminal Complete or Failed, and
 	// Created=False while its JobSet cannot be made, with the reason; so that upstream's Python SDK,
-	// which sees a TrainJob Running only while it has no condition, sees it run. A manager started
+	// which sees a TrainJob Running only while it has no condition, sees it run; and this
+	// operator's Stalled while it is stalled (removed when the stall ends). A manager started
 	// with --conditions=all writes the seed's Created and this operator's Running as well, and keeps
-	// Suspended=False after a resume. They are kept in the order Complete, Failed, Suspended,
-	// Running, Created, most significant first.
+	// Suspended=False after a resume and Stalled=False after a stall. They are kept in the order
+	// Complete, Failed, Suspended, Running, Created, Stalled, most significant first.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=map
@@ -255,7 +290,7 @@ type PodFailure struct {
 }
 
 // RuntimeSnapshot is where a TrainJob's runtime is kept, and what the operator reads of it
-// without reading the copy: its framework and gang policies.
+// without reading the copy: its framework, gang and stall policies.
 type RuntimeSnapshot struct {
 	// ConfigMap is the name of the ConfigMap, in the TrainJob's namespace, that holds the runtime
 	// as YAML under the key "runtime": <TrainJob>-runtime-snapshot, as upstream names it.
@@ -277,6 +312,10 @@ type RuntimeSnapshot struct {
 	// PodGroupPolicy is the runtime's gang policy.
 	// +optional
 	PodGroupPolicy *PodGroupPolicy `json:"podGroupPolicy,omitempty"`
+
+	// StallPolicy is the runtime's stall policy.
+	// +optional
+	StallPolicy *StallPolicy `json:"stallPolicy,omitempty"`
 }
 
 // TrainerStatus is the progress of a TrainJob's trainer, as it reports it.

@@ -119,6 +119,17 @@ type TrainJobSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
+	// ProgressDeadlineSeconds overrides the runtime's stallPolicy.progressDeadlineSeconds: how
+	// long the trainer's reported progress may stay the same while every pod of the training
+	// runs before the TrainJob is Stalled. The runtime's stallPolicy.action applies, Fail when the
+	// runtime has no stallPolicy. A TrainJob whose trainer never reports progress is never
+	// stalled. It may change while the TrainJob runs. This operator's field: tools built on
+	// upstream Kubeflow Trainer's Go types (Kueue among them) do not know it and drop it when they
+	// update the TrainJob; set the runtime's stallPolicy for TrainJobs queued by Kueue.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+
 	// Suspend stops the TrainJob's pods, or keeps them from starting, while true. Setting it back
 	// to false resumes the TrainJob. Queueing systems such as Kueue use it to admit TrainJobs.
 	// Defaults to false.

@@ -56,22 +56,32 @@ var (
 	}, []string{"scheduler"})
 	failuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trainjob_failures_total",
-		Help: "TrainJobs that failed, by framework and cause: the reason of the first failed pod (OOMKilled, Error, Evicted, Preempted, NodeLost, ImagePullBackOff, Other, ...) when their JobSet failed, else the reason of their Failed condition (DeadlineExceeded, JobSetDeleted, ...).",
+		Help: "TrainJobs that failed, by framework and cause: the reason of the first failed pod (OOMKilled, Error, Evicted, Preempted, NodeLost, ImagePullBackOff, Other, ...) when their JobSet failed, else the reason of their Failed condition (DeadlineExceeded, JobSetDeleted, ProgressDeadlineExceeded, ...).",
 	}, []string{"framework", "reason"})
 	podFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trainjob_pod_failures_total",
 		Help: "Failures of TrainJobs' pods the operator reported (the first failed pod each time a Job's count of failed pods moved), by framework and reason.",
 	}, []string{"framework", "reason"})
-	restartsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	stalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trainjob_stalls_total",
+		Help: "TrainJobs that stalled (their trainer's progress did not advance for their progress deadline while their pods ran), by framework and the stall policy's action.",
+	}, []string{"framework", "action"})
+	restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trainjob_restarts_total",
-		Help: "Restarts of all of a TrainJob's pods, by framework and cause: failure (JobSet's failurePolicy after a failed Job).",
+		Help: "Restarts of all of a TrainJob's pods, by framework and cause: failure (JobSet's failurePolicy after a failed Job) or stall (the operator's, under a stall policy's Restart).",
 	}, []string{"framework", "cause"})
 	trainJobs = &trainJobsCollector{}
 )
 
+// Causes of restarts, the cause label of trainjob_restarts_total.
+const (
+	restartCauseFailure = "failure"
+	restartCauseStall   = "stall"
+)
+
 func init() {
 	metrics.Registry.MustRegister(transitions, creationFailures, timeToJobSet, timeToRunning, timeToFirstPod, gangWait,
-		failuresTotal, podFailuresTotal, restartsTotal, trainJobs)
+		failuresTotal, podFailuresTotal, stalls, restarts, trainJobs)
 }
 
 // recordMetrics counts what a written status says happened to the TrainJob since before; reason
@@ -92,6 +102,17 @@ func recordMetrics(fw framework.Framework, tj *trainer.TrainJob, before *trainer
 	// pods were ready, and are again, is observed again.
 	if to == trainer.TrainJobRunning && from != to && apimeta.FindStatusCondition(before.Conditions, trainer.TrainJobRunning) == nil {
 		timeToRunning.WithLabelValues(fw.Name()).Observe(age)
+	}
+}
+
+// recordStallMetrics counts a stall and a restart for a stall that a written status records
+// since before; action says the stall policy's action, read only when the TrainJob stalled.
+func recordStallMetrics(fw framework.Framework, tj *trainer.TrainJob, before *trainer.TrainJobStatus, action func() trainer.StallAction) {
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobStalled) && !apimeta.IsStatusConditionTrue(before.Conditions, trainer.TrainJobStalled) {
+		stalls.WithLabelValues(fw.Name(), string(action())).Inc()
+	}
+	if n := tj.Status.StallRestarts - before.StallRestarts; n > 0 {
+		restarts.WithLabelValues(fw.Name(), restartCauseStall).Add(float64(n))
 	}
 }
 
@@ -201,9 +222,10 @@ func frameworkName(ctx context.Context, reader client.Reader, frameworks []frame
 // operatorFailures are the reasons of the Failed conditions the operator decides, rather than
 // JobSet: their cause is the reason itself, not a pod's failure.
 var operatorFailures = map[string]bool{
-	trainer.TrainJobDeadlineExceededReason: true,
-	trainer.TrainJobJobSetDeletedReason:    true,
-	trainer.TrainJobRuntimeNotFoundReason:  true,
+	trainer.TrainJobDeadlineExceededReason:         true,
+	trainer.TrainJobProgressDeadlineExceededReason: true,
+	trainer.TrainJobJobSetDeletedReason:            true,
+	trainer.TrainJobRuntimeNotFoundReason:          true,
 }
 
 // failureCause is the reason a Failed TrainJob is counted under in trainjob_failures_total: its

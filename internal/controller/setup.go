@@ -204,7 +204,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		// changes and its deletion do, and so does a JobSet the cache first sees with a status:
 		// it changed while the watch was down (the API server restarting) and came back in a
 		// relist, as a creation.
-		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, opts).
+		// Its TrainJobs' spec changes, and the progress reports that the stall rule needs.
+		changes := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, progressMoved())
+		b := newController(mgr, fw.Name(), owns, r.ownsRuntime, changes, opts).
 			Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)),
 				builder.WithPredicates(predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool { return hasStatus(e.Object) }}))
 		// The first JobSet of a gang waits for its PodGroup: its creation queues the TrainJob, and
@@ -221,7 +223,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	}
 	g := &GangReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), frameworks: frameworks, reports: reports}
 	owns := ownsTrainJob(g.client, g.ownsRuntime)
-	b := newController(mgr, gangController, owns, g.ownsRuntime, opts)
+	b := newController(mgr, gangController, owns, g.ownsRuntime, predicate.GenerationChangedPredicate{}, opts)
 	// A new PodGroup is the gang controller's own doing, or a restarted manager's listing, which
 	// lists its TrainJobs too: only a PodGroup's change or deletion needs it again.
 	for _, pg := range podGroups {
@@ -235,15 +237,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 }
 
 // newController starts a TrainJob controller named name that sees only the TrainJobs for which
-// owns is true: their own events, and the events of the runtimes they use, for the runtimes
-// ownsRuntime takes.
+// owns is true: those of their events that changes passes, and the events of the runtimes they
+// use, for the runtimes ownsRuntime takes.
 func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) bool,
-	ownsRuntime func(*trainer.TrainingRuntimeSpec) bool, opts Options) *builder.Builder {
+	ownsRuntime func(*trainer.TrainingRuntimeSpec) bool, changes predicate.Predicate, opts Options) *builder.Builder {
 	c := mgr.GetClient()
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return owns(o.(*trainer.TrainJob)) })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(name).
-		For(&trainer.TrainJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}, ours)).
+		For(&trainer.TrainJob{}, builder.WithPredicates(changes, ours)).
 		Watches(&trainer.ClusterTrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, ownsRuntime)),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&trainer.TrainingRuntime{}, handler.EnqueueRequestsFromMapFunc(runtimeUsers(c, ownsRuntime)),

@@ -18,11 +18,15 @@ import (
 	"github.com/trainjob/operator/internal/framework"
 )
 
-// conditionOrder is the order conditions are kept in, most significant first: status.state is
-// the first that is True.
-var conditionOrder = []string{
+// stateConditions are the conditions that say status.state, most significant first: it is the
+// first of them that is True.
+var stateConditions = []string{
 	trainer.TrainJobComplete, trainer.TrainJobFailed, trainer.TrainJobSuspended, trainer.TrainJobRunning, trainer.TrainJobCreated,
 }
+
+// conditionOrder is the order conditions are kept in, most significant first: those that say the
+// state, then Stalled, which says something of a state (Running, or Failed) and is none itself.
+var conditionOrder = append(slices.Clone(stateConditions), trainer.TrainJobStalled)
 
 // maxMessageLength is the longest condition message the API accepts.
 const maxMessageLength = 32768
@@ -104,12 +108,12 @@ func startedAt(tj *trainer.TrainJob) metav1.Time {
 }
 
 // stateOf is status.state as the conditions set in memory say it, with the reason of the
-// condition that says it: the first that is True, in conditionOrder, else Pending. Under
+// condition that says it: the first of stateConditions that is True, else Pending. Under
 // upstream's conditions a JobSet made earlier has no Created condition written: a reconcile that
 // returned before saying so again keeps the state that was, Created or Running.
 func stateOf(conditions []metav1.Condition, was string) (state, reason string) {
 	for _, c := range conditions {
-		if c.Status == metav1.ConditionTrue {
+		if c.Status == metav1.ConditionTrue && slices.Contains(stateConditions, c.Type) {
 			return c.Type, c.Reason
 		}
 	}
@@ -168,16 +172,18 @@ func settle(tj *trainer.TrainJob, before *trainer.TrainJobStatus, set ConditionS
 	return reason, all
 }
 
-// notUpstreams reports whether upstream Kubeflow Trainer would not write a condition: its SDK
-// sees a TrainJob Running only while it has none. Created=False stays: it says why a TrainJob
-// does not start.
+// notUpstreams reports whether a condition is left out under upstream's conditions: those
+// upstream Kubeflow Trainer would not write, as its SDK sees a TrainJob Running only while it has
+// none. Created=False stays: it says why a TrainJob does not start. Stalled=True, this
+// operator's, stays too: nothing else says that the training hangs (the SDK shows such a
+// TrainJob Created); once the stall is over it goes, so that the SDK sees the TrainJob run again.
 func notUpstreams(c metav1.Condition) bool {
 	switch c.Type {
 	case trainer.TrainJobCreated:
 		return c.Status == metav1.ConditionTrue
 	case trainer.TrainJobRunning:
 		return true
-	case trainer.TrainJobSuspended:
+	case trainer.TrainJobSuspended, trainer.TrainJobStalled:
 		return c.Status != metav1.ConditionTrue
 	}
 	return false
@@ -310,11 +316,30 @@ func recordTransitions(recorder events.EventRecorder, tj *trainer.TrainJob, befo
 		if old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
 			continue
 		}
-		eventType := corev1.EventTypeNormal
-		if (c.Type == trainer.TrainJobCreated && c.Status == metav1.ConditionFalse) ||
-			(c.Type == trainer.TrainJobFailed && c.Status == metav1.ConditionTrue) {
-			eventType = corev1.EventTypeWarning
-		}
-		recorder.Eventf(tj, nil, eventType, c.Reason, c.Type, "%s", c.Message)
+		recordCondition(recorder, tj, &c)
+	}
+}
+
+// recordCondition emits the event of a condition's change: failures and stalls as warnings, the
+// rest as normal events.
+func recordCondition(recorder events.EventRecorder, tj *trainer.TrainJob, c *metav1.Condition) {
+	eventType := corev1.EventTypeNormal
+	if (c.Type == trainer.TrainJobCreated && c.Status == metav1.ConditionFalse) ||
+		(c.Type == trainer.TrainJobFailed && c.Status == metav1.ConditionTrue) ||
+		(c.Type == trainer.TrainJobStalled && c.Status == metav1.ConditionTrue) {
+		eventType = corev1.EventTypeWarning
+	}
+	recorder.Eventf(tj, nil, eventType, c.Reason, c.Type, "%s", c.Message)
+}
+
+// tellStallOver emits, once the status is written, the event of a stall that ended, which
+// upstream's conditions tell by removing Stalled=True: the Stalled=False condition set in memory
+// (among all) says how it ended.
+func tellStallOver(recorder events.EventRecorder, tj *trainer.TrainJob, before []metav1.Condition, all []metav1.Condition) {
+	if !apimeta.IsStatusConditionTrue(before, trainer.TrainJobStalled) || apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobStalled) != nil {
+		return
+	}
+	if c := apimeta.FindStatusCondition(all, trainer.TrainJobStalled); c != nil {
+		recordCondition(recorder, tj, c)
 	}
 }

@@ -292,6 +292,17 @@ func TestRecordTransitions(t *testing.T) {
 			},
 			want: []string{"Normal AllJobsCompleted done", "Warning FailedJobs broken"},
 		},
+		"a stall is a warning": {
+			before: []metav1.Condition{created},
+			after: []metav1.Condition{created,
+				cond(trainer.TrainJobStalled, metav1.ConditionTrue, trainer.TrainJobProgressDeadlineExceededReason, "no progress")},
+			want: []string{"Warning ProgressDeadlineExceeded no progress"},
+		},
+		"the end of a stall is a normal event": {
+			before: []metav1.Condition{cond(trainer.TrainJobStalled, metav1.ConditionTrue, trainer.TrainJobProgressDeadlineExceededReason, "no progress")},
+			after:  []metav1.Condition{cond(trainer.TrainJobStalled, metav1.ConditionFalse, trainer.TrainJobRestartedReason, "restarted")},
+			want:   []string{"Normal Restarted restarted"},
+		},
 		"suspension and resumption are normal events": {
 			before: []metav1.Condition{cond(trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason, "suspended")},
 			after:  []metav1.Condition{cond(trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason, "resumed")},
@@ -370,6 +381,8 @@ func TestSettle(t *testing.T) {
 	complete := cond(trainer.TrainJobComplete, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully")
 	finished := cond(trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobFinishedReason, "finished")
 	notOwned := cond(trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobObjectNotOwnedReason, "someone else's")
+	stalled := cond(trainer.TrainJobStalled, metav1.ConditionTrue, trainer.TrainJobProgressDeadlineExceededReason, "stalled")
+	restarted := cond(trainer.TrainJobStalled, metav1.ConditionFalse, trainer.TrainJobRestartedReason, "restarted")
 	cases := map[string]struct {
 		set        ConditionSet
 		was        string
@@ -395,6 +408,15 @@ func TestSettle(t *testing.T) {
 			wantState: trainer.TrainJobRunning},
 		"all: every condition stays": {set: AllConditions, conditions: []metav1.Condition{resumed, running, created},
 			want: []metav1.Condition{resumed, running, created}, wantState: trainer.TrainJobRunning, wantReason: trainer.TrainJobNodesReadyReason},
+		"upstream: a stalled TrainJob says so, and is still Running": {set: UpstreamConditions, was: trainer.TrainJobRunning,
+			conditions: []metav1.Condition{running, created, stalled}, want: []metav1.Condition{stalled},
+			wantState: trainer.TrainJobRunning, wantReason: trainer.TrainJobNodesReadyReason},
+		"upstream: Stalled is no state: a reconcile that returned early keeps the state": {set: UpstreamConditions, was: trainer.TrainJobRunning,
+			conditions: []metav1.Condition{stalled}, want: []metav1.Condition{stalled}, wantState: trainer.TrainJobRunning},
+		"upstream: a stall that is over says nothing": {set: UpstreamConditions, was: trainer.TrainJobRunning,
+			conditions: []metav1.Condition{created, restarted}, wantState: trainer.TrainJobCreated, wantReason: trainer.TrainJobJobsCreatedReason},
+		"all: a stall that is over stays, False": {set: AllConditions, conditions: []metav1.Condition{running, created, restarted},
+			want: []metav1.Condition{running, created, restarted}, wantState: trainer.TrainJobRunning, wantReason: trainer.TrainJobNodesReadyReason},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

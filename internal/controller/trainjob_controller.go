@@ -91,7 +91,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 	}
-	r.told(tj, before, reason, all)
+	r.told(ctx, tj, before, reason, all)
 	return result, err
 }
 
@@ -151,6 +151,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	}
 
 	jobSetWasSuspended := js != nil && ptr.Deref(js.Spec.Suspend, false)
+	// A JobSet the operator suspended to restart the TrainJob after a stall: the TrainJob was not
+	// suspended, and is not resumed when its JobSet is.
+	restarting := restartingForStall(tj, js)
 
 	// 2. Stop a TrainJob that ran past its deadline: its JobSet first, so that a TrainJob is
 	// never Failed (and so final) with its pods still running.
@@ -209,6 +212,11 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		// Being deleted: to be created again (below) if its pods never ran. Its deletion queues
 		// the TrainJob.
 		return ctrl.Result{}, nil
+	case restarting:
+		// Resumed once its pods are gone (stall.go).
+		if err := r.resumeRestarted(ctx, tj, js, rt); err != nil {
+			return ctrl.Result{}, err
+		}
 	case js != nil && !jobSetWasSuspended && changedUnseen(tj, js):
 		// The suspension the operator did not see is made now: the JobSet's pods stop, and the
 		// JobSet is built again from the TrainJob's spec (its update queues the TrainJob). The
@@ -324,16 +332,24 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		fmt.Sprintf("JobSet %q is created from %s %q", tj.Name, kind, name))
 
 	// 5. Report suspension and the JobSet's progress.
+	now := time.Now()
 	if !suspend && tj.Status.StartTime == nil {
 		tj.Status.StartTime = ptr.To(startedAt(tj))
 	}
-	setSuspended(tj, jobSetWasSuspended, time.Now())
+	setSuspended(tj, jobSetWasSuspended && !restarting, now)
 	if js.Status.Restarts > tj.Status.Restarts {
 		// JobSet restarted the pods after a failure the pod failure reports may not have read.
 		r.readFailure(ctx, tj, js, js.Status.Restarts-1)
 	}
 	setJobSetStatus(tj, js)
-	return ctrl.Result{}, nil
+	setReadyTime(tj, now)
+
+	// 6. Catch a training that stalled: its trainer's progress did not advance for its deadline
+	// while its pods ran (stall.go).
+	if suspend || restarting {
+		return ctrl.Result{}, nil
+	}
+	return r.catchStall(ctx, tj, js, rt, before)
 }
 
 // changedUnseen reports whether a TrainJob whose JobSet runs was suspended, changed and resumed

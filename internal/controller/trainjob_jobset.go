@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,18 +28,27 @@ import (
 
 // The TrainJob's JobSet: reading it, and writing it only as the ownership rules allow.
 
-// setJobSetSuspend sets the JobSet's spec.suspend, and nothing else of it, with server-side apply
-// like every write of the JobSet, under a field manager of its own: an apply by the builder's
-// manager that held only spec.suspend would remove every other field that manager applied. The
+// setJobSetSuspend sets the JobSet's spec.suspend, and nothing else of it (applySuspend).
+func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1alpha2.JobSet, suspend bool) error {
+	return r.applySuspend(ctx, js, suspend, 0)
+}
+
+// applySuspend sets the JobSet's spec.suspend with server-side apply like every write of the
+// JobSet, under a field manager of its own: an apply by the builder's manager that held only
+// spec.suspend would remove every other field that manager applied. A restart for a stall also
+// numbers itself in stallRestartsAnnotation (restart > 0), which an apply without it removes. The
 // apply carries the JobSet's resourceVersion, so that it changes the JobSet that was read and
 // never creates one (an apply of a JobSet deleted meanwhile would create an empty one): a JobSet
 // changed meanwhile is a conflict, and the TrainJob is reconciled again.
-func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1alpha2.JobSet, suspend bool) error {
+func (r *TrainJobReconciler) applySuspend(ctx context.Context, js *jobsetv1alpha2.JobSet, suspend bool, restart int32) error {
 	if ptr.Deref(js.Spec.Suspend, false) == suspend {
 		return nil
 	}
 	ac := jobsetac.JobSet(js.Name, js.Namespace).WithResourceVersion(js.ResourceVersion).
 		WithSpec(jobsetac.JobSetSpec().WithSuspend(suspend))
+	if restart > 0 {
+		ac.WithAnnotations(map[string]string{stallRestartsAnnotation: strconv.Itoa(int(restart))})
+	}
 	if err := r.client.Apply(ctx, ac, client.FieldOwner(fieldManager(r.framework)+"-suspend"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("setting suspend of JobSet %s to %t: %w", klog.KObj(js), suspend, err)
 	}

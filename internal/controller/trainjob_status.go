@@ -24,20 +24,29 @@ import (
 
 // told emits the events and counts the metrics of a status written over before; reason and all
 // are what settle returned.
-func (r *TrainJobReconciler) told(tj *trainer.TrainJob, before *trainer.TrainJobStatus, reason string, all []metav1.Condition) {
+func (r *TrainJobReconciler) told(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus, reason string, all []metav1.Condition) {
 	recordTransitions(r.recorder, tj, before.Conditions)
 	if r.conditions == UpstreamConditions {
 		tellState(r.recorder, tj, statusState(before), all)
+		tellStallOver(r.recorder, tj, before.Conditions, all)
 	}
 	recordMetrics(r.framework, tj, before, reason)
-	if restarts := tj.Status.Restarts - before.Restarts; restarts > 0 {
+	if n := tj.Status.Restarts - before.Restarts; n > 0 {
 		note := fmt.Sprintf("JobSet restarted all of the TrainJob's pods after a failure: this is attempt %d", tj.Status.Restarts)
 		if f := tj.Status.Failure; f != nil && f.Attempt == tj.Status.Restarts-1 {
 			note += ". Attempt " + strconv.Itoa(int(f.Attempt)) + " failed first at " + podfailure.SummaryWithin(f, maxEventNote-len(note)-40)
 		}
 		r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobRestartedReason, "Restart", "%s", note)
-		restartsTotal.WithLabelValues(r.framework.Name(), "failure").Add(float64(restarts))
+		restarts.WithLabelValues(r.framework.Name(), restartCauseFailure).Add(float64(n))
 	}
+	recordStallMetrics(r.framework, tj, before, func() trainer.StallAction {
+		rt, err := trainingruntime.ForTrainJob(ctx, r.client, tj)
+		if err != nil {
+			rt = nil
+		}
+		d, _ := progressDeadlineOf(tj, rt)
+		return d.action
+	})
 }
 
 // commit writes the TrainJob's status as it is now, ahead of a step that must not happen before
@@ -51,7 +60,7 @@ func (r *TrainJobReconciler) commit(ctx context.Context, tj *trainer.TrainJob, b
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 	}
-	r.told(tj, before, reason, all)
+	r.told(ctx, tj, before, reason, all)
 	*before = *tj.Status.DeepCopy()
 	return ctrl.Result{}, nil
 }

@@ -194,10 +194,11 @@ const SpecHashAnnotation = "trainer.kubeflow.org/trainjob-spec-hash"
 
 // BuiltFrom is a copy of a TrainJob's spec without the fields its children are not built from,
 // which are also the fields a running TrainJob may change: spec.suspend, which the JobSet follows
-// without a rebuild, and spec.ttlSecondsAfterFinished, which only the operator reads.
+// without a rebuild, and spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds, which
+// only the operator reads.
 func BuiltFrom(spec *trainer.TrainJobSpec) *trainer.TrainJobSpec {
 	s := spec.DeepCopy()
-	s.Suspend, s.TTLSecondsAfterFinished = nil, nil
+	s.Suspend, s.TTLSecondsAfterFinished, s.ProgressDeadlineSeconds = nil, nil, nil
 	return s
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -249,20 +250,41 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) NeedLeaderElection() bool { return false }
 
 // write replaces the TrainJob's status.trainerStatus with the report, every field of it: a field
-// the report leaves out is removed.
+// the report leaves out is removed. A report whose progress differs from the TrainJob's, as the
+// server reads it, also sets status.lastProgressTime to now, in the same patch: the stall rule
+// counts from it, on the operator's clock, never from the trainer's lastUpdatedTime.
 func (s *Server) write(ctx context.Context, key types.NamespacedName, status *trainer.TrainerStatus) {
 	fields := map[string]any{
 		"progressPercentage": status.ProgressPercentage, "estimatedRemainingSeconds": status.EstimatedRemainingSeconds,
 		"metrics": status.Metrics, "lastUpdatedTime": status.LastUpdatedTime,
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"trainerStatus": fields}})
+	written := map[string]any{"trainerStatus": fields}
+	tj := &trainer.TrainJob{}
+	err := s.client.Get(ctx, key, tj)
 	if err == nil {
-		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
-		err = s.client.Status().Patch(ctx, tj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager))
+		if advanced(tj.Status.TrainerStatus, status) {
+			written["lastProgressTime"] = metav1.Now()
+		}
+		var patch []byte
+		if patch, err = json.Marshal(map[string]any{"status": written}); err == nil {
+			err = s.client.Status().Patch(ctx, tj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager))
+		}
 	}
 	if client.IgnoreNotFound(err) != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Writing a TrainJob's progress", "trainJob", key)
 	}
+}
+
+// advanced reports whether a report says something the last one written did not: its
+// progressPercentage, estimatedRemainingSeconds or metrics differ. Its lastUpdatedTime, the
+// trainer's clock, does not count: a trainer that hangs may well go on reporting the same step.
+func advanced(last, report *trainer.TrainerStatus) bool {
+	if last == nil {
+		return true
+	}
+	return !apiequality.Semantic.DeepEqual(
+		trainer.TrainerStatus{ProgressPercentage: last.ProgressPercentage, EstimatedRemainingSeconds: last.EstimatedRemainingSeconds, Metrics: last.Metrics},
+		trainer.TrainerStatus{ProgressPercentage: report.ProgressPercentage, EstimatedRemainingSeconds: report.EstimatedRemainingSeconds, Metrics: report.Metrics})
 }
 
 // refuse answers with a Status, as the API server does.

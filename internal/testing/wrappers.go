@@ -100,6 +100,12 @@ func (w *TrainJobWrapper) TTLSecondsAfterFinished(seconds int32) *TrainJobWrappe
 	return w
 }
 
+// ProgressDeadlineSeconds sets spec.progressDeadlineSeconds.
+func (w *TrainJobWrapper) ProgressDeadlineSeconds(seconds int32) *TrainJobWrapper {
+	w.Spec.ProgressDeadlineSeconds = &seconds
+	return w
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *TrainJobWrapper) ManagedBy(m string) *TrainJobWrapper {
 	w.Spec.ManagedBy = &m
@@ -196,6 +202,12 @@ func (w *RuntimeSpecWrapper) Flux(p *trainer.FluxMLPolicySource) *RuntimeSpecWra
 // PodGroupPolicy sets podGroupPolicy.
 func (w *RuntimeSpecWrapper) PodGroupPolicy(p trainer.PodGroupPolicySource) *RuntimeSpecWrapper {
 	w.TrainingRuntimeSpec.PodGroupPolicy = &trainer.PodGroupPolicy{PodGroupPolicySource: p}
+	return w
+}
+
+// StallPolicy sets the runtime's stall policy.
+func (w *RuntimeSpecWrapper) StallPolicy(p *trainer.StallPolicy) *RuntimeSpecWrapper {
+	w.TrainingRuntimeSpec.StallPolicy = p
 	return w
 }
 

@@ -20,8 +20,8 @@ import (
 // A TrainJob is built from its runtime as it was when the TrainJob's JobSet was first made: the
 // runtime's copy, its snapshot, is kept in a ConfigMap the TrainJob owns, named and keyed as upstream
 // Kubeflow Trainer keeps its own (KEP-2599). The TrainJob's status records the copy's digest, and
-// the runtime's framework and gang policies, which the controllers read on every event without
-// reading the copy: the copy is read only to build.
+// the runtime's framework, gang and stall policies, which the controllers read on every event
+// without reading the copy: the copy is read only to build.
 
 // SnapshotKey is the key of the snapshot ConfigMap's data that holds the runtime, as YAML.
 const SnapshotKey = "runtime"
@@ -89,6 +89,7 @@ func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner
 		Digest:         digest(data),
 		MLPolicy:       rt.Spec.MLPolicy.DeepCopy(),
 		PodGroupPolicy: rt.Spec.PodGroupPolicy.DeepCopy(),
+		StallPolicy:    rt.Spec.StallPolicy.DeepCopy(),
 	}, nil
 }
 
@@ -98,7 +99,7 @@ func digest(data []byte) string {
 }
 
 // ForTrainJob is the runtime a TrainJob runs with: once its JobSet was made from its snapshot,
-// the snapshot's summary (its framework and gang policies, no template: Load reads the whole of
+// the snapshot's summary (its framework, gang and stall policies, no template: Load reads the whole of
 // it); until then, its runtime as it is now, so that a runtime fixed before the TrainJob could be
 // built from it is the one it is built from.
 func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
@@ -108,7 +109,7 @@ func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*R
 	}
 	kind, name := Ref(tj)
 	return &Runtime{Kind: kind, Name: name, snapshot: snap,
-		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy}}, nil
+		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy}}, nil
 }
 
 // Snapshotted reports whether the runtime is a TrainJob's snapshot.
@@ -140,8 +141,10 @@ func (r *Runtime) Load(ctx context.Context, c client.Reader, tj *trainer.TrainJo
 	if obj.Kind != r.Kind || obj.Metadata.Name != r.Name {
 		return nil, fmt.Errorf("%w: ConfigMap %q holds %s %q, not %s", ErrSnapshotUnusable, r.snapshot.ConfigMap, obj.Kind, obj.Metadata.Name, r)
 	}
-	// The policies the status records (which chose the controllers) are the copy's.
-	if !equality.Semantic.DeepEqual(obj.Spec.MLPolicy, r.snapshot.MLPolicy) || !equality.Semantic.DeepEqual(obj.Spec.PodGroupPolicy, r.snapshot.PodGroupPolicy) {
+	// The policies the status records (which chose the controllers, and say what a stall does)
+	// are the copy's.
+	if !equality.Semantic.DeepEqual(obj.Spec.MLPolicy, r.snapshot.MLPolicy) || !equality.Semantic.DeepEqual(obj.Spec.PodGroupPolicy, r.snapshot.PodGroupPolicy) ||
+		!equality.Semantic.DeepEqual(obj.Spec.StallPolicy, r.snapshot.StallPolicy) {
 		return nil, fmt.Errorf("%w: status.runtimeSnapshot's policies are not those of the copy in ConfigMap %q", ErrSnapshotUnusable, r.snapshot.ConfigMap)
 	}
 	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: &obj.Spec, snapshot: r.snapshot}, nil

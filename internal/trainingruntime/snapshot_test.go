@@ -21,7 +21,8 @@ import (
 // policies are not the copy's, or a copy of another runtime is not built from.
 func TestLoad(t *testing.T) {
 	tj := utiltesting.MakeTrainJob("tj", "ns").RuntimeRef(trainer.TrainingRuntimeKind, "rt").UID("tj-uid").Obj()
-	spec := utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{}).Obj()
+	spec := utiltesting.MakeRuntimeSpec().NumNodes(2).Torch(&trainer.TorchMLPolicySource{}).
+		StallPolicy(&trainer.StallPolicy{ProgressDeadlineSeconds: 60, Action: trainer.StallActionRestart}).Obj()
 	live := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: &spec}
 	cases := map[string]struct {
 		change  func(cm *corev1.ConfigMap, tj *trainer.TrainJob)
@@ -35,6 +36,12 @@ func TestLoad(t *testing.T) {
 		}, wantErr: true},
 		"the status's gang policy added": {change: func(_ *corev1.ConfigMap, tj *trainer.TrainJob) {
 			tj.Status.RuntimeSnapshot.PodGroupPolicy = &trainer.PodGroupPolicy{}
+		}, wantErr: true},
+		"the status's stall policy differs": {change: func(_ *corev1.ConfigMap, tj *trainer.TrainJob) {
+			tj.Status.RuntimeSnapshot.StallPolicy.Action = trainer.StallActionReport
+		}, wantErr: true},
+		"the status's stall policy removed": {change: func(_ *corev1.ConfigMap, tj *trainer.TrainJob) {
+			tj.Status.RuntimeSnapshot.StallPolicy = nil
 		}, wantErr: true},
 	}
 	for name, tc := range cases {

@@ -139,19 +139,20 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 	return w.validate(ctx, tj)
 }
 
-// ValidateUpdate lets a running TrainJob change only its spec.suspend and
-// spec.ttlSecondsAfterFinished: anything else would not reach its running JobSet, or would break
+// ValidateUpdate lets a running TrainJob change only what its JobSet is not built from
+// (framework.BuiltFrom): spec.suspend, spec.ttlSecondsAfterFinished and
+// spec.progressDeadlineSeconds; anything else would not reach its running JobSet, or would break
 // it. A suspended TrainJob, or one that the update suspends, may change anything the schema
-// allows, such as the podSpecOverrides Kueue adds. An update of those two fields or metadata
-// alone is never refused: Kueue must always be able to suspend, even a TrainJob whose runtime has
-// changed since it was built, and a TTL may change at any time, as a Job's.
+// allows, such as the podSpecOverrides Kueue adds. An update of those fields or metadata alone is
+// never refused: Kueue must always be able to suspend, even a TrainJob whose runtime has changed
+// since it was built, and a TTL or a progress deadline may change at any time, as a Job's TTL.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
 	if apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec), framework.BuiltFrom(&tj.Spec)) {
 		return nil, nil
 	}
 	if running(old) && running(tj) {
 		return nil, invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("spec"),
-			"only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs: suspend it first"))
+			"only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs: suspend it first"))
 	}
 	// Checked against the runtime it is built from: its snapshot, once it has one.
 	tj = tj.DeepCopy()
@@ -215,6 +216,9 @@ func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
 	}
 	if len(tj.Spec.Annotations) > 0 {
 		drop("spec.annotations")
+	}
+	if tj.Spec.ProgressDeadlineSeconds != nil {
+		warnings = append(warnings, "spec.progressDeadlineSeconds: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): set the runtime's stallPolicy instead")
 	}
 	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil && t.NumProcPerNode.Type == intstr.String {
 		warnings = append(warnings, fmt.Sprintf("spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read %q: write a number", t.NumProcPerNode.StrVal))

@@ -61,6 +61,20 @@ func (r reporter) post(t *testing.T, token, body string) int {
 	return resp.StatusCode
 }
 
+// trainerOf is what the TrainJob's trainer reports with: a reporter to the endpoint that trusts
+// the CA the TrainJob's ConfigMap holds, and a token of the TrainJob's audience.
+func trainerOf(t *testing.T, tj *trainer.TrainJob) (reporter, string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Namespace: tj.Namespace, Name: progress.ConfigMapName(tj.Name)}, cm))
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM([]byte(cm.Data["ca.crt"])), "the ConfigMap holds no CA")
+	return reporter{
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}},
+		url:    cluster.WebhookURL() + progress.Path(tj.Namespace, tj.Name),
+	}, token(t, tj.Namespace, progress.Audience(tj.Namespace, tj.Name))
+}
+
 func report(percent int) string {
 	return fmt.Sprintf(`{"trainerStatus":{"progressPercentage":%d,"estimatedRemainingSeconds":%d,"metrics":[{"name":"loss","value":"0.%d"}]}}`,
 		percent, 100-percent, percent)
@@ -99,11 +113,9 @@ func TestProgressReports(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: progress.ConfigMapName(tj.Name)}, cm))
 	assert.True(t, metav1.IsControlledBy(cm, tj), "the CA's ConfigMap is not the TrainJob's")
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM([]byte(cm.Data["ca.crt"])), "the ConfigMap holds no CA")
-	trainerSide := reporter{client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}, url: url}
+	trainerSide, good := trainerOf(t, tj)
+	require.Equal(t, url, trainerSide.url)
 
-	good := token(t, ns, progress.Audience(ns, tj.Name))
 	require.Equal(t, http.StatusOK, trainerSide.post(t, good, report(10)))
 	progressIs := func(percent int32) func(c *assert.CollectT, tj *trainer.TrainJob) {
 		return func(c *assert.CollectT, tj *trainer.TrainJob) {

@@ -87,6 +87,11 @@ func TestRuntimeDefaults(t *testing.T) {
 			want: func(s *trainer.TrainingRuntimeSpec) any { return s.PodGroupPolicy.Coscheduling },
 			exp:  &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](60)},
 		},
+		"a stall policy fails a stalled TrainJob by default": {
+			spec: utiltesting.MakeRuntimeSpec().StallPolicy(&trainer.StallPolicy{ProgressDeadlineSeconds: 600}).Obj(),
+			want: func(s *trainer.TrainingRuntimeSpec) any { return s.StallPolicy },
+			exp:  &trainer.StallPolicy{ProgressDeadlineSeconds: 600, Action: trainer.StallActionFail},
+		},
 		"numNodes is left to the runtime's framework: omitted stays omitted": {
 			spec: utiltesting.MakeRuntimeSpec().JAX().Obj(),
 			want: func(s *trainer.TrainingRuntimeSpec) any { return s.MLPolicy.NumNodes },
@@ -190,6 +195,21 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 				return o
 			}(),
 			want: []string{"spec.activeDeadlineSeconds", "greater than or equal to 1"},
+		},
+		{
+			name: "progressDeadlineSeconds of zero",
+			obj:  tj("no-patience").ProgressDeadlineSeconds(0).Obj(),
+			want: []string{"spec.progressDeadlineSeconds", "greater than or equal to 1"},
+		},
+		{
+			name: "stall policy deadline of zero",
+			obj:  rt(utiltesting.MakeRuntimeSpec().StallPolicy(&trainer.StallPolicy{ProgressDeadlineSeconds: 0})),
+			want: []string{"spec.stallPolicy.progressDeadlineSeconds", "greater than or equal to 1"},
+		},
+		{
+			name: "stall policy of an unknown action",
+			obj:  rt(utiltesting.MakeRuntimeSpec().StallPolicy(&trainer.StallPolicy{ProgressDeadlineSeconds: 60, Action: "Ignore"})),
+			want: []string{"spec.stallPolicy.action", `Unsupported value: "Ignore"`, `"Fail", "Restart", "Report"`},
 		},
 		{
 			name: "runtime patch without a manager",

@@ -20,7 +20,9 @@ func TestUpdates(t *testing.T) {
 	}
 	cases := map[string]struct {
 		suspended bool
-		change    func(*trainer.TrainJob)
+		// running is the progress deadline the TrainJob is created with.
+		running *int32
+		change  func(*trainer.TrainJob)
 		// wantErr is empty when the update is allowed.
 		wantErr string
 	}{
@@ -40,17 +42,40 @@ func TestUpdates(t *testing.T) {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](-1) },
 			wantErr: "spec.ttlSecondsAfterFinished: Invalid value: -1: spec.ttlSecondsAfterFinished in body should be greater than or equal to 0",
 		},
+		"a running TrainJob can be given a progress deadline": {
+			change: func(tj *trainer.TrainJob) { tj.Spec.ProgressDeadlineSeconds = ptr.To[int32](600) },
+		},
+		"a running TrainJob can lose its progress deadline": {
+			running: ptr.To[int32](600),
+			change:  func(tj *trainer.TrainJob) { tj.Spec.ProgressDeadlineSeconds = nil },
+		},
+		"a running TrainJob can change its progress deadline with its TTL": {
+			running: ptr.To[int32](600),
+			change: func(tj *trainer.TrainJob) {
+				tj.Spec.ProgressDeadlineSeconds, tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](1200), ptr.To[int32](60)
+			},
+		},
+		"a progress deadline must be at least a second": {
+			change:  func(tj *trainer.TrainJob) { tj.Spec.ProgressDeadlineSeconds = ptr.To[int32](0) },
+			wantErr: "spec.progressDeadlineSeconds: Invalid value: 0: spec.progressDeadlineSeconds in body should be greater than or equal to 1",
+		},
+		"a running TrainJob cannot change its image, even with its progress deadline": {
+			change: func(tj *trainer.TrainJob) {
+				tj.Spec.ProgressDeadlineSeconds, tj.Spec.Trainer = ptr.To[int32](60), &trainer.Trainer{Image: ptr.To("other")}
+			},
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs",
+		},
 		"a running TrainJob cannot change its image": {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{Image: ptr.To("other")} },
-			wantErr: "spec: Forbidden: only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs: suspend it first",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs: suspend it first",
 		},
 		"a running TrainJob cannot get overrides": {
 			change:  nodeSelector,
-			wantErr: "spec: Forbidden: only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs",
 		},
 		"a running TrainJob cannot change its labels for the JobSet": {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.Labels = map[string]string{"team": "a"} },
-			wantErr: "spec: Forbidden: only spec.suspend and spec.ttlSecondsAfterFinished may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs",
 		},
 		"a suspended TrainJob can get the overrides Kueue adds": {
 			suspended: true,
@@ -89,6 +114,7 @@ func TestUpdates(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			i++
 			tj := utiltesting.MakeTrainJob("update-"+string(rune('a'+i)), ns).Suspend(tc.suspended).Obj()
+			tj.Spec.ProgressDeadlineSeconds = tc.running
 			tj.Spec.RuntimeRef.Name = "torch-distributed"
 			require.NoError(t, k8sClient.Create(ctx, tj))
 
