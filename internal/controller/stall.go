@@ -99,6 +99,13 @@ func setReadyTime(tj *trainer.TrainJob, now time.Time) {
 	}
 }
 
+// failingForStall reports whether the TrainJob stalled under a Fail policy and is not Failed
+// yet: its JobSet, suspended to stop its pods, stays suspended.
+func failingForStall(tj *trainer.TrainJob, rt *trainingruntime.Runtime) bool {
+	d, ok := progressDeadlineOf(tj, rt)
+	return ok && d.action == trainer.StallActionFail && apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobStalled)
+}
+
 // stallRestartsOf is the number of the last restart for a stall begun on the JobSet, or 0.
 func stallRestartsOf(js *jobsetv1alpha2.JobSet) int32 {
 	n, _ := strconv.ParseInt(js.Annotations[stallRestartsAnnotation], 10, 32)
@@ -201,6 +208,12 @@ func (r *TrainJobReconciler) catchStall(ctx context.Context, tj *trainer.TrainJo
 func (r *TrainJobReconciler) actOnStall(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, d progressDeadline, before *trainer.TrainJobStatus) (ctrl.Result, error) {
 	switch d.action {
 	case trainer.StallActionFail:
+		// The stall is written first: a reconcile that comes between the JobSet's suspension and
+		// the TrainJob's failure (its status write refused) does not take the JobSet for one to
+		// resume (failingForStall).
+		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {
+			return result, err
+		}
 		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
 			return ctrl.Result{}, err
 		}

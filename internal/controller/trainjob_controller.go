@@ -316,8 +316,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			// Its attempts count from the first again: the failures of one made before are past.
 			tj.Status.Failure = nil
 		}
-	case ptr.Deref(js.Spec.Suspend, false) != suspend:
-		// A JobSet is never resumed before its gang's PodGroup exists at the TrainJob's size.
+	case ptr.Deref(js.Spec.Suspend, false) != suspend && (suspend || !failingForStall(tj, rt)):
+		// A JobSet is never resumed before its gang's PodGroup exists at the TrainJob's size,
+		// nor when the operator suspended it to fail a stalled TrainJob (stall.go).
 		if !suspend && rt != nil {
 			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
 				return ctrl.Result{}, err

@@ -52,6 +52,10 @@ func (r *TrainJobReconciler) applySuspend(ctx context.Context, js *jobsetv1alpha
 	if err := r.client.Apply(ctx, ac, client.FieldOwner(fieldManager(r.framework)+"-suspend"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("setting suspend of JobSet %s to %t: %w", klog.KObj(js), suspend, err)
 	}
+	// The rest of the reconcile sees the JobSet as it now is: a step that suspends it again
+	// after one resumed it (a stall whose status write had failed) must not take it for
+	// suspended still, and skip the write.
+	js.Spec.Suspend = ptr.To(suspend)
 	ctrl.LoggerFrom(ctx).V(2).Info("Set JobSet suspend", "jobSet", klog.KObj(js), "suspend", suspend)
 	return nil
 }
