@@ -182,3 +182,43 @@ func TestReviewAForgedStallRestartsAnnotationIsNotCounted(t *testing.T) {
 	assert.Nil(t, apimeta.FindStatusCondition(now.Status.Conditions, trainer.TrainJobStalled), "a TrainJob that never stalled says it was restarted for a stall")
 	assert.Equal(t, restartsBefore, stallMetric(t, "trainjob_restarts_total", map[string]string{"cause": "stall"}), "trainjob_restarts_total{cause=stall} moved for a forged annotation")
 }
+
+// Review (held up): a manager that stops mid-restart (JobSet suspended for restart 1, its Jobs
+// stopping) leaves it to the next, which resumes the JobSet once the Jobs stopped and counts the
+// restart once; a TrainJob that Kueue suspends in the middle of a restart keeps its JobSet
+// suspended (the restart does not undo Kueue's suspension) and is resumed with it.
+func TestReviewAStallRestartSurvivesAManagerRestartAndAKueueSuspension(t *testing.T) {
+	ns := newNamespace(t)
+	restartsBefore := stallMetric(t, "trainjob_restarts_total", map[string]string{"cause": "stall"})
+	tj, js := stalledForRestart(t, ns, "interrupted")
+
+	stopManager()
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Suspended: 1}}})
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, int32(1), tj.Status.StallRestarts) })
+	assert.Equal(t, restartsBefore+1, stallMetric(t, "trainjob_restarts_total", map[string]string{"cause": "stall"}))
+
+	// Ready again, stalls again: restart 2 begins; Kueue suspends the TrainJob meanwhile.
+	setJobSetStatus(t, js, readyStatus)
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, "2", js.Annotations["trainer.kubeflow.org/stall-restarts"])
+		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
+	})
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobSuspendedReason)
+	})
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{ReplicatedJobsStatus: []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Suspended: 1}}})
+	assertNever(t, func() bool {
+		return !ptr.Deref(waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {}).Spec.Suspend, false)
+	}, "the restart resumed the JobSet of a TrainJob Kueue suspended")
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	after := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobSuspended, metav1.ConditionFalse, trainer.TrainJobResumedReason)
+	})
+	t.Logf("after Kueue's resume: stallRestarts=%d, Stalled=%+v", after.Status.StallRestarts, apimeta.FindStatusCondition(after.Status.Conditions, trainer.TrainJobStalled))
+}
