@@ -222,3 +222,33 @@ func TestReviewAStallRestartSurvivesAManagerRestartAndAKueueSuspension(t *testin
 	})
 	t.Logf("after Kueue's resume: stallRestarts=%d, Stalled=%+v", after.Status.StallRestarts, apimeta.FindStatusCondition(after.Status.Conditions, trainer.TrainJobStalled))
 }
+
+// Review, failing test: the progress endpoint is served by the manager (its webhook server).
+// While every replica is down (an upgrade, a crash loop, a lost node) trainers cannot report,
+// and lastProgressTime stands still. The manager that starts reconciles every TrainJob at once
+// and stalls every one whose deadline passed during the outage, before any trainer could
+// report again: with Fail, an outage longer than the deadline fails every training in the
+// cluster that was progressing all along. The stall clock should count from no earlier than
+// when the endpoint came back (e.g. the later of lastProgressTime, readyTime and the manager's
+// start, or a deadline's grace after it). Here: deadline 3 s, 5 s down, and the trainer reports
+// 2 s after the manager is back.
+func TestReviewAManagerOutageDoesNotFailProgressingTrainJobs(t *testing.T) {
+	ns := newNamespace(t)
+	runtime := stallRuntime(t, ns, &trainer.StallPolicy{ProgressDeadlineSeconds: 3, Action: trainer.StallActionFail})
+	tj, _ := runTrainJob(t, utiltesting.MakeTrainJob("outage", ns).RuntimeRef(trainer.TrainingRuntimeKind, runtime).Obj())
+	reportProgress(t, tj, 10)
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.NotNil(c, tj.Status.LastProgressTime) })
+
+	stopManager()
+	time.Sleep(5 * time.Second) // The trainer's reports meanwhile are refused: no endpoint.
+	stop, err := startManager()
+	require.NoError(t, err)
+	stopManager = stop
+	time.Sleep(2 * time.Second) // A trainer reports every few seconds at best (30 s is common).
+	reportProgress(t, tj, 11)   // Its first report once the endpoint is back.
+
+	time.Sleep(time.Second)
+	got := got(t, tj)
+	assert.Nil(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed),
+		"a trainer that could not report while the manager was down was failed for a stall when it came back")
+}
