@@ -141,6 +141,7 @@ func main() {
 			progressURL = fmt.Sprintf("https://%s.%s.svc", certOpts.ServiceName, certOpts.Namespace)
 		}
 		controllerOpts.Progress = &progress.Endpoint{URL: progressURL, CAFile: filepath.Join(certOpts.CertDir, "ca.crt")}
+		controllerOpts.ProgressInterval = progressOpts.Interval
 	}
 
 	cfg := ctrl.GetConfigOrDie()

@@ -171,9 +171,11 @@ type RecoveryPolicy struct {
 // StallPolicy says when a training counts as stalled and what the operator then does.
 type StallPolicy struct {
 	// ProgressDeadlineSeconds is how long the trainer's reported progress (its
-	// progressPercentage, estimatedRemainingSeconds or metrics) may stay the same while every pod
-	// of the training runs, counted from its last change or from when the pods last all became
-	// ready, whichever is later.
+	// progressPercentage or metrics) may stay the same while every pod of the training runs,
+	// counted from its last change or from when the pods last all became ready, whichever is
+	// later; and at least twice the interval the operator writes progress at (its
+	// --progress-interval, 30 s by default), so that a trainer reporting all along is never
+	// called stalled.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds"`
@@ -186,6 +188,15 @@ type StallPolicy struct {
 	// +optional
 	// +kubebuilder:default=Fail
 	Action StallAction `json:"action,omitempty"`
+
+	// MaxRestarts is how many times a Restart action restarts a TrainJob at most: the stall after
+	// them fails it (reason ProgressDeadlineExceeded), as Fail would. A training that hangs at
+	// the same place each time is not restarted forever.
+	// Defaults to 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
 }
 
 // StallAction is what happens to a stalled TrainJob.

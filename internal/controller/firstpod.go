@@ -100,9 +100,9 @@ func (f *firstPods) forget(key types.NamespacedName) {
 	delete(f.seen, key)
 }
 
-// keepJobCounts keeps of a Job what firstPods and podFailures read: its name, UID, creation
-// time, controller, TrainJob name and avoid-nodes labels and counts of ready, succeeded and
-// failed pods. The rest of it, its pod template above all, is never read.
+// keepJobCounts keeps of a Job what firstPods, podFailures and a stall's restart read: its name, UID, creation
+// time, controller, TrainJob name and avoid-nodes labels and counts of active, ready, succeeded,
+// failed and terminating pods. The rest of it, its pod template above all, is never read.
 func keepJobCounts(obj any) (any, error) {
 	job, ok := obj.(*batchv1.Job)
 	if !ok {
@@ -118,7 +118,8 @@ func keepJobCounts(obj any) (any, error) {
 			Labels:            keepLabels(job.Labels, trainer.TrainJobNameLabel, trainer.AvoidNodesLabel),
 			OwnerReferences:   controllerOf(job),
 		},
-		Status: batchv1.JobStatus{Ready: job.Status.Ready, Succeeded: job.Status.Succeeded, Failed: job.Status.Failed},
+		Status: batchv1.JobStatus{Active: job.Status.Active, Ready: job.Status.Ready, Succeeded: job.Status.Succeeded,
+			Failed: job.Status.Failed, Terminating: job.Status.Terminating},
 	}, nil
 }
 

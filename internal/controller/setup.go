@@ -59,6 +59,10 @@ type Options struct {
 	SkipNameValidation bool
 	// Conditions is which conditions TrainJobs get; empty means UpstreamConditions.
 	Conditions ConditionSet
+	// ProgressInterval is the least time between two writes of a TrainJob's progress by the
+	// progress endpoint (its --progress-interval): a stall is counted over at least twice it, the
+	// longest a report may wait to be written. Zero when the manager serves no endpoint.
+	ProgressInterval time.Duration
 }
 
 // ConditionSet is a choice of the conditions the operator writes on TrainJobs. status.state,
@@ -196,6 +200,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			progress:           opts.Progress,
 			gangReports:        reports,
 			conditions:         opts.Conditions,
+			started:            time.Now(),
+			minStallWindow:     2 * opts.ProgressInterval,
 		}
 		owns := ownsTrainJob(r.client, r.ownsRuntime)
 		// A new JobSet needs nothing more of its TrainJob: the controller created it and wrote so

@@ -6,15 +6,18 @@ import (
 	"strconv"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
@@ -35,24 +38,32 @@ type progressDeadline struct {
 	// field names where the deadline comes from, for messages.
 	field  string
 	action trainer.StallAction
+	// maxRestarts is how many restarts Restart makes at most; Fail after them.
+	maxRestarts int32
+	// counted is how long the progress may stay the same: the deadline, and at least twice the
+	// progress endpoint's write interval, the longest a trainer's report may wait to be written
+	// (minStallWindow), so that a training reporting all along is never called stalled.
+	counted time.Duration
 }
 
 // progressDeadlineOf is the stall policy of a TrainJob whose runtime is rt (as ForTrainJob gives
 // it: its snapshot's, once it was built; nil when it cannot be read): the runtime's, with the
 // TrainJob's spec.progressDeadlineSeconds over its deadline, and Fail when the runtime has none.
 // ok is false when no deadline applies.
-func progressDeadlineOf(tj *trainer.TrainJob, rt *trainingruntime.Runtime) (d progressDeadline, ok bool) {
-	d.action = trainer.StallActionFail
+func progressDeadlineOf(tj *trainer.TrainJob, rt *trainingruntime.Runtime, minWindow time.Duration) (d progressDeadline, ok bool) {
+	d.action, d.maxRestarts = trainer.StallActionFail, defaultMaxStallRestarts
 	if rt != nil && rt.Spec.StallPolicy != nil {
 		p := rt.Spec.StallPolicy
 		d.seconds, d.field = p.ProgressDeadlineSeconds, rt.String()+" stallPolicy.progressDeadlineSeconds"
 		if p.Action != "" {
 			d.action = p.Action
 		}
+		d.maxRestarts = ptr.Deref(p.MaxRestarts, defaultMaxStallRestarts)
 	}
 	if s := tj.Spec.ProgressDeadlineSeconds; s != nil {
 		d.seconds, d.field = *s, "spec.progressDeadlineSeconds"
 	}
+	d.counted = max(time.Duration(d.seconds)*time.Second, minWindow)
 	return d, d.seconds > 0
 }
 
@@ -69,8 +80,10 @@ func reportedThisRun(tj *trainer.TrainJob) bool {
 // its start, a pod's restart, or a restart for an earlier stall). ok is false when it cannot
 // stall now: its state is not Running (every pod ready; not suspended, not finished), or its
 // trainer reported no progress since it last started, as one that never reports; and never
-// without a deadline.
-func stallAt(tj *trainer.TrainJob, d progressDeadline) (at time.Time, ok bool) {
+// without a deadline. The clock never starts before listening: when the manager, and with it the
+// progress endpoint, started, so that a trainer whose reports had nowhere to go while no manager
+// ran gets the whole deadline to report again.
+func stallAt(tj *trainer.TrainJob, d progressDeadline, listening time.Time) (at time.Time, ok bool) {
 	if state, _ := stateOf(tj.Status.Conditions, tj.Status.State); d.seconds <= 0 || state != trainer.TrainJobRunning || !reportedThisRun(tj) {
 		return time.Time{}, false
 	}
@@ -78,14 +91,21 @@ func stallAt(tj *trainer.TrainJob, d progressDeadline) (at time.Time, ok bool) {
 	if ready := tj.Status.ReadyTime; ready != nil && ready.After(since) {
 		since = ready.Time
 	}
-	return since.Add(time.Duration(d.seconds) * time.Second), true
+	if listening.After(since) {
+		since = listening
+	}
+	return since.Add(d.counted), true
 }
 
 // message is the Stalled condition's: the deadline, where it comes from, and the last progress.
 func (d progressDeadline) message(tj *trainer.TrainJob) string {
 	last := tj.Status.LastProgressTime
-	msg := fmt.Sprintf("The trainer's progress did not advance for %s (%ds) while every pod of the training ran: its last progress was at %s",
-		d.field, d.seconds, last.UTC().Format(time.RFC3339))
+	deadline := fmt.Sprintf("%ds", d.seconds)
+	if d.counted > time.Duration(d.seconds)*time.Second {
+		deadline += fmt.Sprintf(", counted as %s: twice the interval the operator writes progress at", d.counted)
+	}
+	msg := fmt.Sprintf("The trainer's progress did not advance for %s (%s) while every pod of the training ran: its last progress was at %s",
+		d.field, deadline, last.UTC().Format(time.RFC3339))
 	if ready := tj.Status.ReadyTime; ready != nil && ready.After(last.Time) {
 		msg += fmt.Sprintf(", and its pods were all ready from %s", ready.UTC().Format(time.RFC3339))
 	}
@@ -99,12 +119,19 @@ func setReadyTime(tj *trainer.TrainJob, now time.Time) {
 	}
 }
 
+// defaultMaxStallRestarts is a Restart policy's maxRestarts when it says none.
+const defaultMaxStallRestarts = 3
+
 // failingForStall reports whether the TrainJob stalled under a Fail policy and is not Failed
 // yet: its JobSet, suspended to stop its pods, stays suspended.
 func failingForStall(tj *trainer.TrainJob, rt *trainingruntime.Runtime) bool {
-	d, ok := progressDeadlineOf(tj, rt)
-	return ok && d.action == trainer.StallActionFail && apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobStalled)
+	d, ok := progressDeadlineOf(tj, rt, 0)
+	failing := d.action == trainer.StallActionFail || (d.action == trainer.StallActionRestart && tj.Status.StallRestarts >= d.maxRestarts)
+	return ok && failing && apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobStalled)
 }
+
+// terminatingRetry is how soon a restart looks again whether its stopped pods are gone.
+const terminatingRetry = 2 * time.Second
 
 // stallRestartsOf is the number of the last restart for a stall begun on the JobSet, or 0.
 func stallRestartsOf(js *jobsetv1alpha2.JobSet) int32 {
@@ -113,10 +140,13 @@ func stallRestartsOf(js *jobsetv1alpha2.JobSet) int32 {
 }
 
 // restartingForStall reports whether the operator suspended the JobSet to restart the TrainJob,
-// which is not suspended itself, and has yet to resume it.
+// which is not suspended itself, and has yet to resume it: the JobSet bears the number of the
+// TrainJob's next restart (any other is not the operator's), and was built from its spec as it
+// is (a TrainJob suspended, changed and resumed meanwhile is built again instead, which ends the
+// restart).
 func restartingForStall(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
 	return js != nil && ptr.Deref(js.Spec.Suspend, false) && !ptr.Deref(tj.Spec.Suspend, false) &&
-		stallRestartsOf(js) > tj.Status.StallRestarts
+		stallRestartsOf(js) == tj.Status.StallRestarts+1 && framework.Built(js, tj)
 }
 
 // jobsStopped reports whether JobSet counts no Job with a pod that runs or is ready: after its
@@ -141,22 +171,35 @@ func recordStallRestart(tj *trainer.TrainJob, n int32) {
 // resumeRestarted resumes a JobSet the operator suspended to restart the TrainJob, once its pods
 // are gone, so that they all start again together; a gang's waits for its PodGroup, as every
 // resume does. Until then, the JobSet's changes queue the TrainJob.
-func (r *TrainJobReconciler) resumeRestarted(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, rt *trainingruntime.Runtime) error {
+func (r *TrainJobReconciler) resumeRestarted(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, rt *trainingruntime.Runtime) (wait time.Duration, err error) {
 	if !jobsStopped(js) {
-		return nil
+		return 0, nil // The JobSet's update when they stop queues the TrainJob.
+	}
+	// JobSet counts a pod that is being deleted as stopped; a hung trainer may take its whole
+	// grace period to go, on the node and under the host name the new one needs. The Jobs'
+	// counts of terminating pods say when they are gone; nothing queues the TrainJob when they
+	// change, so it is looked at again shortly.
+	jobs := &batchv1.JobList{}
+	if err := r.client.List(ctx, jobs, client.InNamespace(js.Namespace), client.MatchingLabels{trainer.TrainJobNameLabel: tj.Name}); err != nil {
+		return 0, err
+	}
+	for _, job := range jobs.Items {
+		if jobSetOf(&job) == js.UID && (job.Status.Active > 0 || ptr.Deref(job.Status.Terminating, 0) > 0) {
+			return terminatingRetry, nil
+		}
 	}
 	if rt != nil {
 		if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
-			return err
+			return 0, err
 		}
 	}
 	n := stallRestartsOf(js)
 	if err := r.applySuspend(ctx, js, false, n); err != nil {
-		return err
+		return 0, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Resumed the JobSet of a TrainJob restarted for a stall", "jobSet", js.Name, "restart", n)
 	recordStallRestart(tj, n)
-	return nil
+	return 0, nil
 }
 
 // catchStall is the last step of the reconcile of a TrainJob that is not suspended, whose JobSet
@@ -164,10 +207,10 @@ func (r *TrainJobReconciler) resumeRestarted(ctx context.Context, tj *trainer.Tr
 // is over, and stalls a TrainJob whose progress did not advance for its deadline, doing what its
 // policy says; else it asks to be reconciled when the deadline would pass.
 func (r *TrainJobReconciler) catchStall(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, rt *trainingruntime.Runtime, before *trainer.TrainJobStatus) (ctrl.Result, error) {
-	if n := stallRestartsOf(js); n > tj.Status.StallRestarts {
+	if n := stallRestartsOf(js); n == tj.Status.StallRestarts+1 {
 		recordStallRestart(tj, n) // Resumed by a reconcile whose status was not written.
 	}
-	d, ok := progressDeadlineOf(tj, rt)
+	d, ok := progressDeadlineOf(tj, rt, r.minStallWindow)
 	if c := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobStalled); c != nil && c.Status == metav1.ConditionTrue {
 		// Times are kept to the second, and a stall comes a second or more after the start and
 		// the progress it counts from: a start or a progress of the second it stalled is later.
@@ -187,7 +230,7 @@ func (r *TrainJobReconciler) catchStall(ctx context.Context, tj *trainer.TrainJo
 			return ctrl.Result{}, nil
 		}
 	}
-	at, ok := stallAt(tj, d)
+	at, ok := stallAt(tj, d, r.started)
 	if !ok {
 		return ctrl.Result{}, nil
 	}
@@ -206,6 +249,11 @@ func (r *TrainJobReconciler) catchStall(ctx context.Context, tj *trainer.TrainJo
 // counts, stays; resumeRestarted resumes the JobSet once its pods are gone. Report does nothing
 // more.
 func (r *TrainJobReconciler) actOnStall(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, d progressDeadline, before *trainer.TrainJobStatus) (ctrl.Result, error) {
+	failure := d.message(tj) + ": its pods are stopped"
+	if d.action == trainer.StallActionRestart && tj.Status.StallRestarts >= d.maxRestarts {
+		d.action = trainer.StallActionFail
+		failure = fmt.Sprintf("%s, after %d restarts for stalls (stallPolicy.maxRestarts): its pods are stopped", d.message(tj), tj.Status.StallRestarts)
+	}
 	switch d.action {
 	case trainer.StallActionFail:
 		// The stall is written first: a reconcile that comes between the JobSet's suspension and
@@ -217,8 +265,7 @@ func (r *TrainJobReconciler) actOnStall(ctx context.Context, tj *trainer.TrainJo
 		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobProgressDeadlineExceededReason,
-			d.message(tj)+": its pods are stopped")
+		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobProgressDeadlineExceededReason, failure)
 		setRunning(tj, 0, 0)
 	case trainer.StallActionRestart:
 		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {

@@ -8,6 +8,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
@@ -81,11 +84,11 @@ func TestStallAt(t *testing.T) {
 			tj.Spec.ProgressDeadlineSeconds = tc.override
 			tj.Status.Conditions = tc.conditions
 			tj.Status.StartTime, tj.Status.LastProgressTime, tj.Status.ReadyTime = tc.startTime, tc.lastProgress, tc.readyTime
-			d, _ := progressDeadlineOf(tj, tc.runtime)
+			d, _ := progressDeadlineOf(tj, tc.runtime, 0)
 			if d.field != tc.wantField || d.action != tc.wantAction {
 				t.Errorf("progressDeadlineOf = %q, %q; want %q, %q", d.field, d.action, tc.wantField, tc.wantAction)
 			}
-			got, ok := stallAt(tj, d)
+			got, ok := stallAt(tj, d, time.Time{})
 			switch {
 			case tc.want == nil && ok:
 				t.Errorf("stallAt = %v; want never", got)
@@ -153,4 +156,26 @@ func TestTellStallOver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A deadline shorter than twice the interval the progress endpoint writes at is counted as that:
+// a trainer that reports all along may see its report written only that often. A stall is never
+// counted from before the manager started, when no endpoint heard the trainer.
+func TestAStallIsCountedOverTheProgressWriteIntervalAndFromTheManagersStart(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	tj := utiltesting.MakeTrainJob("tj", "ns").ProgressDeadlineSeconds(5).Obj()
+	tj.Status.State = trainer.TrainJobRunning
+	tj.Status.StartTime = ptr.To(metav1.NewTime(now.Add(-time.Hour)))
+	tj.Status.LastProgressTime = ptr.To(metav1.NewTime(now))
+
+	d, ok := progressDeadlineOf(tj, nil, 60*time.Second)
+	require.True(t, ok)
+	at, ok := stallAt(tj, d, time.Time{})
+	require.True(t, ok)
+	assert.Equal(t, now.Add(60*time.Second), at, "twice the write interval")
+	assert.Contains(t, d.message(tj), "spec.progressDeadlineSeconds (5s, counted as 1m0s: twice the interval the operator writes progress at)")
+
+	d, _ = progressDeadlineOf(tj, nil, 0)
+	at, _ = stallAt(tj, d, now.Add(time.Minute))
+	assert.Equal(t, now.Add(time.Minute+5*time.Second), at, "from the manager's start")
 }

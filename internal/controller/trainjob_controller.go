@@ -56,6 +56,12 @@ type TrainJobReconciler struct {
 	gangReports *gangReports
 	// conditions is which conditions the TrainJobs get.
 	conditions ConditionSet
+	// started is when the manager started, and with it the progress endpoint: a stall is never
+	// counted from earlier.
+	started time.Time
+	// minStallWindow is the least time a trainer's progress may stay the same before it is
+	// called stalled, whatever its deadline: twice the progress endpoint's write interval.
+	minStallWindow time.Duration
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -214,8 +220,8 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, nil
 	case restarting:
 		// Resumed once its pods are gone (stall.go).
-		if err := r.resumeRestarted(ctx, tj, js, rt); err != nil {
-			return ctrl.Result{}, err
+		if wait, err := r.resumeRestarted(ctx, tj, js, rt); err != nil || wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, err
 		}
 	case js != nil && !jobSetWasSuspended && changedUnseen(tj, js):
 		// The suspension the operator did not see is made now: the JobSet's pods stop, and the

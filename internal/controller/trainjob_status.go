@@ -44,7 +44,7 @@ func (r *TrainJobReconciler) told(ctx context.Context, tj *trainer.TrainJob, bef
 		if err != nil {
 			rt = nil
 		}
-		d, _ := progressDeadlineOf(tj, rt)
+		d, _ := progressDeadlineOf(tj, rt, r.minStallWindow)
 		return d.action
 	})
 }

@@ -6,19 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -275,16 +276,24 @@ func (s *Server) write(ctx context.Context, key types.NamespacedName, status *tr
 	}
 }
 
-// advanced reports whether a report says something the last one written did not: its
-// progressPercentage, estimatedRemainingSeconds or metrics differ. Its lastUpdatedTime, the
-// trainer's clock, does not count: a trainer that hangs may well go on reporting the same step.
+// advanced reports whether a report says the training moved since the last one written: its
+// progressPercentage or its metrics (by name, in any order) differ. Its lastUpdatedTime, the
+// trainer's clock, does not count: a trainer that hangs may well go on reporting the same step;
+// nor does its estimatedRemainingSeconds alone, which a heartbeat may recompute from the clock.
 func advanced(last, report *trainer.TrainerStatus) bool {
 	if last == nil {
 		return true
 	}
-	return !apiequality.Semantic.DeepEqual(
-		trainer.TrainerStatus{ProgressPercentage: last.ProgressPercentage, EstimatedRemainingSeconds: last.EstimatedRemainingSeconds, Metrics: last.Metrics},
-		trainer.TrainerStatus{ProgressPercentage: report.ProgressPercentage, EstimatedRemainingSeconds: report.EstimatedRemainingSeconds, Metrics: report.Metrics})
+	return !ptr.Equal(last.ProgressPercentage, report.ProgressPercentage) || !maps.Equal(metricValues(last), metricValues(report))
+}
+
+// metricValues is a report's metrics by name: the order they come in says nothing.
+func metricValues(s *trainer.TrainerStatus) map[string]string {
+	m := make(map[string]string, len(s.Metrics))
+	for _, metric := range s.Metrics {
+		m[metric.Name] = metric.Value
+	}
+	return m
 }
 
 // refuse answers with a Status, as the API server does.

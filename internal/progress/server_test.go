@@ -19,12 +19,12 @@ func TestAdvanced(t *testing.T) {
 		change func(*trainer.TrainerStatus)
 		want   bool
 	}{
-		"the same report later": {change: func(s *trainer.TrainerStatus) { s.LastUpdatedTime = metav1.NewTime(time.Unix(2000, 0)) }},
-		"a new percentage":      {change: func(s *trainer.TrainerStatus) { s.ProgressPercentage = ptr.To[int32](41) }, want: true},
-		"a new estimate":        {change: func(s *trainer.TrainerStatus) { s.EstimatedRemainingSeconds = ptr.To[int32](590) }, want: true},
-		"a new metric value":    {change: func(s *trainer.TrainerStatus) { s.Metrics = []trainer.Metric{{Name: "loss", Value: "0.29"}} }, want: true},
-		"a field left out":      {change: func(s *trainer.TrainerStatus) { s.EstimatedRemainingSeconds = nil }, want: true},
-		"the metrics dropped":   {change: func(s *trainer.TrainerStatus) { s.Metrics = []trainer.Metric{} }, want: true},
+		"the same report later":   {change: func(s *trainer.TrainerStatus) { s.LastUpdatedTime = metav1.NewTime(time.Unix(2000, 0)) }},
+		"a new percentage":        {change: func(s *trainer.TrainerStatus) { s.ProgressPercentage = ptr.To[int32](41) }, want: true},
+		"a new estimate alone":    {change: func(s *trainer.TrainerStatus) { s.EstimatedRemainingSeconds = ptr.To[int32](590) }},
+		"a new metric value":      {change: func(s *trainer.TrainerStatus) { s.Metrics = []trainer.Metric{{Name: "loss", Value: "0.29"}} }, want: true},
+		"the percentage left out": {change: func(s *trainer.TrainerStatus) { s.ProgressPercentage = nil }, want: true},
+		"the metrics dropped":     {change: func(s *trainer.TrainerStatus) { s.Metrics = []trainer.Metric{} }, want: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			report := last.DeepCopy()

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -70,6 +71,7 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 	opts.SkipNameValidation = true
 	if c.settings.webhooks {
 		opts.Progress = &progress.Endpoint{URL: c.WebhookURL(), CAFile: filepath.Join(hooks.LocalServingCertDir, "ca.crt")}
+		opts.ProgressInterval = cmp.Or(c.Progress.Interval, ProgressInterval)
 	}
 	if err := controller.Setup(ctx, mgr, controller.Frameworks(), opts); err != nil {
 		cancel()
