@@ -87,10 +87,10 @@ func TestRuntimeDefaults(t *testing.T) {
 			want: func(s *trainer.TrainingRuntimeSpec) any { return s.PodGroupPolicy.Coscheduling },
 			exp:  &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](60)},
 		},
-		"a stall policy fails a stalled TrainJob by default": {
+		"a stall policy fails a stalled TrainJob by default, and restarts one at most 3 times": {
 			spec: utiltesting.MakeRuntimeSpec().StallPolicy(&trainer.StallPolicy{ProgressDeadlineSeconds: 600}).Obj(),
 			want: func(s *trainer.TrainingRuntimeSpec) any { return s.StallPolicy },
-			exp:  &trainer.StallPolicy{ProgressDeadlineSeconds: 600, Action: trainer.StallActionFail},
+			exp:  &trainer.StallPolicy{ProgressDeadlineSeconds: 600, Action: trainer.StallActionFail, MaxRestarts: ptr.To[int32](3)},
 		},
 		"numNodes is left to the runtime's framework: omitted stays omitted": {
 			spec: utiltesting.MakeRuntimeSpec().JAX().Obj(),
