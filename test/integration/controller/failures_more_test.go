@@ -40,26 +40,6 @@ func jobOf(t *testing.T, ns, name string, owner *metav1.OwnerReference, labels .
 	return job
 }
 
-// failPodOf creates a pod controlled by the Job, labelled as a pod of the JobSet's attempt
-// 0, and makes it Failed as the kubelet would, with the reason and message.
-func failPodOf(t *testing.T, job *batchv1.Job, js *jobsetv1alpha2.JobSet, name, node, reason, message string) {
-	t.Helper()
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: job.Namespace,
-			Labels: map[string]string{jobsetv1alpha2.JobSetUIDKey: string(js.UID), "jobset.sigs.k8s.io/restart-attempt": "0",
-				jobsetv1alpha2.ReplicatedJobNameKey: "node"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "busybox"}}},
-	}
-	require.NoError(t, k8sClient.Create(ctx, pod))
-	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: "node", Image: "busybox", ImageID: "busybox",
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message,
-			FinishedAt: metav1.Now()}}}}}
-	require.NoError(t, k8sClient.Status().Update(ctx, pod))
-}
-
 func failJobSet(t *testing.T, js *jobsetv1alpha2.JobSet) {
 	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
 		TerminalState: string(jobsetv1alpha2.JobSetFailed),
@@ -79,7 +59,7 @@ func TestAForeignPodLabelledWithTheJobSetUIDIsNotTheTrainJobsFailure(t *testing.
 	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
 
 	neighbour := jobOf(t, ns, "neighbour", nil)
-	failPodOf(t, neighbour, js, "neighbour-pod", "good-node", "", "FORGED: the learning rate is too high, lower it to 0")
+	failPod(t, neighbour, failure{name: "neighbour-pod", jobSet: js, node: "good-node", message: "FORGED: the learning rate is too high, lower it to 0"})
 	failJobSet(t, js)
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
@@ -104,7 +84,7 @@ func TestAPodReasonLongerThanTheStatusAllowsDoesNotKeepTheTrainJobFromFailing(t 
 	job := jobOf(t, ns, "long-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
 		Name: js.Name, UID: js.UID, Controller: ptr.To(true)}, trainer.TrainJobNameLabel, tj.Name)
 	reason := "OutOfaccelerators.example.com/" + strings.Repeat("a", 60) + "-" + strings.Repeat("b", 60)
-	failPodOf(t, job, js, "long-node-0-0", "n1", reason, "the node has no such device left")
+	failPod(t, job, failure{name: "long-node-0-0", jobSet: js, node: "n1", podReason: reason, message: "the node has no such device left"})
 	failJobSet(t, js)
 
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
@@ -132,20 +112,9 @@ func TestANonUTF8TerminationMessageIsStillTold(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, job))
 	time.Sleep(time.Second) // the manager's Job informer has it, with no failed pod
 
-	// 2 KiB of Latin-1 ("é" is 0xE9): not UTF-8.
-	message := strings.Repeat("d\xe9j\xe0 vu, \xe9chec ", 150)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "latin1-node-0-0", Namespace: ns,
-			Labels:          map[string]string{"batch.kubernetes.io/controller-uid": string(job.UID), "jobset.sigs.k8s.io/restart-attempt": "0"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}},
-		Spec: corev1.PodSpec{NodeName: "n1", RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "busybox"}}},
-	}
-	require.NoError(t, k8sClient.Create(ctx, pod))
-	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: "node", Image: "busybox", ImageID: "busybox",
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message,
-			FinishedAt: metav1.Now()}}}}}
-	require.NoError(t, k8sClient.Status().Update(ctx, pod)) // protobuf: the bytes are kept
+	// 2 KiB of Latin-1 ("é" is 0xE9): not UTF-8; the manager reads pods as protobuf, which keeps
+	// the bytes.
+	failPod(t, job, failure{node: "n1", message: strings.Repeat("d\xe9j\xe0 vu, \xe9chec ", 150)})
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(job), job))
@@ -181,7 +150,7 @@ func TestARestartReadByTheReconcileKeepsOffTheFailedNode(t *testing.T) {
 	// The JobSet's own Job of attempt 0, whose pod failed on bad-node.
 	job := jobOf(t, ns, "restarts-node-0", &metav1.OwnerReference{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet",
 		Name: js.Name, UID: js.UID, Controller: ptr.To(true)}, trainer.TrainJobNameLabel, tj.Name, trainer.AvoidNodesLabel, "AllFailures")
-	failPodOf(t, job, js, "restarts-node-0-0", "bad-node", "", "CUDA error: uncorrectable ECC error encountered")
+	failPod(t, job, failure{name: "restarts-node-0-0", jobSet: js, node: "bad-node", message: "CUDA error: uncorrectable ECC error encountered"})
 	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{Restarts: 1})
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"testing"
@@ -19,33 +20,58 @@ import (
 	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
-// failedPod makes a pod of the Job, as the Job controller would, on node, and fails it as a
-// kubelet would: its container "node" ended at finished with exitCode and reason, saying message.
-func failedPod(t *testing.T, job *batchv1.Job, rank int, node string, exitCode int32, reason, message string, finished time.Time) {
+// failure is how a test's pod fails.
+type failure struct {
+	// name is the pod's name; empty, the Job's name and the rank.
+	name string
+	rank int
+	// jobSet, when set, labels the pod with the JobSet's UID, as JobSet's pods are.
+	jobSet *jobsetv1alpha2.JobSet
+	node   string
+	// exitCode is the container's; 0 means 1.
+	exitCode int32
+	// reason is the container's; podReason the pod's (an eviction's, say).
+	reason, podReason string
+	message           string
+	// finished is when the container ended; zero means now.
+	finished time.Time
+}
+
+// failPod makes a pod of the Job, as the Job controller would (attempt 0), and fails it as a
+// kubelet would: its container "node" ended as f says.
+func failPod(t *testing.T, job *batchv1.Job, f failure) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: job.Name + "-" + strconv.Itoa(rank), Namespace: job.Namespace,
+			Name: cmp.Or(f.name, job.Name+"-"+strconv.Itoa(f.rank)), Namespace: job.Namespace,
 			Labels: map[string]string{
 				"batch.kubernetes.io/controller-uid":    string(job.UID),
 				"jobset.sigs.k8s.io/replicatedjob-name": "node",
 				"jobset.sigs.k8s.io/restart-attempt":    "0",
 			},
-			Annotations:     map[string]string{"batch.kubernetes.io/job-completion-index": strconv.Itoa(rank)},
+			Annotations:     map[string]string{"batch.kubernetes.io/job-completion-index": strconv.Itoa(f.rank)},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
 		},
 		Spec: corev1.PodSpec{
-			NodeName:                     node,
+			NodeName:                     f.node,
 			AutomountServiceAccountToken: ptr.To(false),
+			RestartPolicy:                corev1.RestartPolicyNever,
 			Containers:                   []corev1.Container{{Name: "node", Image: "trainer"}},
 		},
 	}
+	if f.jobSet != nil {
+		pod.Labels[jobsetv1alpha2.JobSetUIDKey] = string(f.jobSet.UID)
+	}
 	require.NoError(t, k8sClient.Create(ctx, pod))
-	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+	finished := f.finished
+	if finished.IsZero() {
+		finished = time.Now()
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: f.podReason, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: "node", Image: "trainer", ImageID: "trainer",
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: exitCode, Reason: reason, Message: message, FinishedAt: metav1.NewTime(finished),
+			ExitCode: cmp.Or(f.exitCode, 1), Reason: cmp.Or(f.reason, "Error"), Message: f.message, FinishedAt: metav1.NewTime(finished),
 		}},
 	}}}
 	require.NoError(t, k8sClient.Status().Update(ctx, pod))
@@ -75,7 +101,7 @@ func TestAFailedPodIsTold(t *testing.T) {
 
 	// Someone else's Job, with the TrainJob's name on it and a failed pod, first.
 	foreign := createJob(t, js, "told-foreign")
-	failedPod(t, foreign, 0, "node-x", 1, "Error", "not the TrainJob's", time.Now().Add(-time.Hour))
+	failPod(t, foreign, failure{node: "node-x", message: "not the TrainJob's", finished: time.Now().Add(-time.Hour)})
 	setFailed(t, foreign, 1)
 	assertNever(t, func() bool {
 		got := &trainer.TrainJob{}
@@ -88,8 +114,8 @@ func TestAFailedPodIsTold(t *testing.T) {
 	require.NoError(t, k8sClient.Update(ctx, job))
 	// Rank 1 failed first; rank 0, whose peer went away, a minute later.
 	now := time.Now().Truncate(time.Second).Add(time.Second)
-	failedPod(t, job, 1, "gpu-7", 137, "OOMKilled", "step 41\nstep 42", now)
-	failedPod(t, job, 0, "gpu-3", 1, "Error", "a peer went away", now.Add(time.Minute))
+	failPod(t, job, failure{rank: 1, node: "gpu-7", exitCode: 137, reason: "OOMKilled", message: "step 41\nstep 42", finished: now})
+	failPod(t, job, failure{rank: 0, node: "gpu-3", message: "a peer went away", finished: now.Add(time.Minute)})
 	setFailed(t, job, 2)
 
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
