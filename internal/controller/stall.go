@@ -262,11 +262,9 @@ func (r *TrainJobReconciler) actOnStall(ctx context.Context, tj *trainer.TrainJo
 		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {
 			return result, err
 		}
-		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
+		if err := r.stopAndFail(ctx, tj, js, trainer.TrainJobProgressDeadlineExceededReason, failure); err != nil {
 			return ctrl.Result{}, err
 		}
-		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobProgressDeadlineExceededReason, failure)
-		setRunning(tj, 0, 0)
 	case trainer.StallActionRestart:
 		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {
 			return result, err

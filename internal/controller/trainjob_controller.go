@@ -170,13 +170,8 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			// failed), until the JobSet's suspension deletes them.
 			r.readFailure(ctx, tj, js, js.Status.Restarts)
 			message = withFailure(message, tj, js.Status.Restarts)
-			if err := r.setJobSetSuspend(ctx, js, true); err != nil {
-				return ctrl.Result{}, err
-			}
 		}
-		setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason, message)
-		setRunning(tj, 0, 0)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.stopAndFail(ctx, tj, js, trainer.TrainJobDeadlineExceededReason, message)
 	}
 
 	// 3. Resolve the runtime. Without a JobSet, a runtime missing from the TrainJob's creation to

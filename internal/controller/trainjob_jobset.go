@@ -33,6 +33,20 @@ func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1a
 	return r.applySuspend(ctx, js, suspend, 0)
 }
 
+// stopAndFail fails the TrainJob for reason after suspending its JobSet, if it has one: a
+// TrainJob is never Failed, and so final, with its pods still running. The JobSet's Jobs stay to
+// be read.
+func (r *TrainJobReconciler) stopAndFail(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, reason, message string) error {
+	if js != nil {
+		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
+			return err
+		}
+	}
+	setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, reason, message)
+	setRunning(tj, 0, 0)
+	return nil
+}
+
 // applySuspend sets the JobSet's spec.suspend with server-side apply like every write of the
 // JobSet, under a field manager of its own: an apply by the builder's manager that held only
 // spec.suspend would remove every other field that manager applied. A restart for a stall also
