@@ -26,6 +26,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/certs"
 	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/framework/torch"
 	"github.com/trainjob/operator/internal/metricsauth"
 	"github.com/trainjob/operator/internal/progress"
 	operatorwebhook "github.com/trainjob/operator/internal/webhook"
@@ -62,6 +63,7 @@ func main() {
 		qps                                       float64
 		burst                                     int
 		controllerOpts                            controller.Options
+		clusterDomain                             string
 		progressURL                               string
 		progressOpts                              progress.Options
 	)
@@ -112,6 +114,8 @@ func main() {
 		"Least time between two writes of one TrainJob's reported progress; the latest report wins.")
 	flag.Float64Var(&progressOpts.QPS, "progress-qps", progress.DefaultQPS,
 		"Writes of reported progress per second, for all TrainJobs together.")
+	flag.StringVar(&clusterDomain, "cluster-domain", torch.DefaultClusterDomain,
+		"The cluster's DNS domain (the kubelets' clusterDomain): the end of the pods' fully qualified names, on which an elastic torch TrainJob's first pod hosts its rendezvous.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -176,7 +180,7 @@ func main() {
 	}), "Unable to create manager")
 
 	ctx := ctrl.SetupSignalHandler()
-	exitOn(controller.Setup(ctx, mgr, controller.Frameworks(), controllerOpts), "Unable to set up the TrainJob controllers")
+	exitOn(controller.Setup(ctx, mgr, controller.Frameworks(clusterDomain), controllerOpts), "Unable to set up the TrainJob controllers")
 	ready := healthz.Ping
 	if enableWebhooks {
 		certsReady := certs.Provided()
@@ -184,7 +188,7 @@ func main() {
 			certsReady, err = certs.Rotate(mgr, certOpts)
 			exitOn(err, "Unable to set up webhook certificates")
 		}
-		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(), certsReady,
+		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(clusterDomain), certsReady,
 			func(mgr ctrl.Manager) error { return progress.Setup(mgr, progressOpts) })
 	}
 	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")

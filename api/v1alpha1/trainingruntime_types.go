@@ -28,6 +28,9 @@ const (
 	// ConfigMap, a PodGroup), and on the JobSet's Jobs, names its TrainJob.
 	TrainJobNameLabel = "trainer.kubeflow.org/trainjob-name"
 
+	// KueueQueueLabel on a TrainJob names the Kueue LocalQueue it is queued in.
+	KueueQueueLabel = "kueue.x-k8s.io/queue-name"
+
 	// AvoidNodesLabel on a TrainJob's Jobs is its runtime's recoveryPolicy.avoidNodes, on the
 	// Jobs of a JobSet that restarts (failurePolicy.maxRestarts above 0, or a rule that restarts
 	// regardless) and a policy other than Never: the pods of a restart prefer the nodes that are
@@ -327,7 +330,10 @@ type EnvInjectionTarget struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",message="minNodes must not be greater than maxNodes"
 type TorchElasticPolicy struct {
 	// MaxRestarts is how many times the training may restart: torchrun's --max-restarts and the
-	// JobSet's failurePolicy.maxRestarts.
+	// JobSet's failurePolicy.maxRestarts. Each scale-down of a running TrainJob spends one of
+	// torchrun's on every node that stays (its workers fail on the next collective and restart at
+	// the new size; a scale-up spends none). Omitted, torchrun's is 3 when minNodes < maxNodes (0
+	// would fail the training at its first scale-down), and the JobSet's is the runtime's.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
@@ -338,13 +344,18 @@ type TorchElasticPolicy struct {
 	// +kubebuilder:validation:Maximum=5000
 	MinNodes *int32 `json:"minNodes,omitempty"`
 
-	// MaxNodes is the most nodes the training runs on; the trainer job runs this many pods.
+	// MaxNodes is the most nodes the training runs on, and the size a TrainJob starts at unless
+	// its trainer.numNodes says otherwise.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=5000
 	MaxNodes *int32 `json:"maxNodes,omitempty"`
 
-	// Metrics from which an autoscaler computes the desired number of nodes.
+	// Metrics from which an autoscaler computes the desired number of nodes: the operator gives
+	// each running TrainJob a HorizontalPodAutoscaler (autoscaling/v2) of its name, which scales
+	// it between minNodes and maxNodes on these metrics of its trainer pods. Resource metrics
+	// need the trainer container to request the resource. Empty means no autoscaler: the size
+	// changes only by hand (kubectl scale).
 	// +optional
 	// +listType=atomic
 	Metrics []autoscalingv2.MetricSpec `json:"metrics,omitempty"`

@@ -72,6 +72,14 @@ const (
 	// TrainJobRuntimeNotFoundReason explains Failed=True when spec.runtimeRef names no runtime.
 	TrainJobRuntimeNotFoundReason = "TrainingRuntimeNotFound"
 
+	// TrainJobResizedReason is the reason of the event of an elastic TrainJob whose trainer job
+	// the operator grew or shrank to spec.trainer.numNodes.
+	TrainJobResizedReason = "Resized"
+
+	// TrainJobResizeFailedReason is the reason of the Warning event of an elastic TrainJob whose
+	// JobSet refused to change size (JobSet's ElasticJobSet feature gate is off).
+	TrainJobResizeFailedReason = "ResizeFailed"
+
 	// TrainJobProgressUnavailableReason is the reason of the Warning event of a TrainJob built
 	// without progress reporting: the operator cannot read the CA its trainer would need.
 	TrainJobProgressUnavailableReason = "ProgressUnavailable"
@@ -182,6 +190,19 @@ type TrainJobStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=24
 	Ready string `json:"ready,omitempty"`
+
+	// Nodes is the size of the trainer job of the TrainJob's JobSet: the number of training nodes
+	// it runs, or will run once resumed. An elastic TrainJob's follows spec.trainer.numNodes once
+	// the operator resized its JobSet (the scale subresource's status replicas).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Nodes int32 `json:"nodes,omitempty"`
+
+	// Selector selects the pods of the trainer job, as a label selector string: the pods an
+	// autoscaler reads the metrics of (the scale subresource's selector).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Selector string `json:"selector,omitempty"`
 
 	// RuntimeSnapshot is the runtime the TrainJob is built from: its runtime as it was when the
 	// TrainJob was first built, kept in a ConfigMap the TrainJob owns. An edit or the deletion of

@@ -27,11 +27,13 @@ const (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.trainer.numNodes,statuspath=.status.nodes,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=tj,categories=trainer
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`,description="The TrainJob's state: Pending, Created, Running, Suspended, Complete or Failed"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`,description="Pods of the training that are ready, over their number (every node's, and MPI's launcher)"
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtimeRef.name`
-// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.trainer.numNodes`,priority=1,description="Number of training nodes set by the TrainJob; empty means the runtime's"
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`,description="Number of training nodes (pods of the trainer job) of the TrainJob's JobSet"
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.trainer.numNodes`,description="Number of training nodes the TrainJob asks for (kubectl scale sets it); empty means the runtime's"
 // +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`,description="How many times JobSet restarted all of the TrainJob's pods after a failure"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.failure.reason`,description="Why the first pod of the latest failed attempt failed: OOMKilled, Error, Evicted, ..."
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -267,6 +269,10 @@ type Trainer struct {
 
 	// NumNodes is the number of training nodes (pods of the trainer job). It overrides the
 	// runtime's mlPolicy.numNodes. At most 5000, the largest cluster Kubernetes is built for.
+	// Under a runtime with a torch.elasticPolicy it is the size the training runs at now, between
+	// minNodes and maxNodes (maxNodes when omitted), and may change while it runs: the scale
+	// subresource (kubectl scale, a HorizontalPodAutoscaler) sets it, and the trainer job grows or
+	// shrinks in place. Otherwise it changes only while the TrainJob is suspended.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=5000

@@ -3,6 +3,7 @@ package controller
 import (
 	"unique"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -33,7 +34,8 @@ func podGroupKinds() []client.Object {
 // spec.suspend and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an
 // annotation; of a PodGroup, not its labels nor its minimum resources; strings that many objects
 // repeat, held once; of PodGroups and Jobs, kinds that may exist in large numbers in a cluster,
-// only those the operator created, by their trainer.kubeflow.org/trainjob-name label, and of Jobs
+// only those the operator created, by their trainer.kubeflow.org/trainjob-name label (and so of
+// HorizontalPodAutoscalers), and of Jobs
 // only a few counts; runtimes are read in place, not copied. ConfigMaps (MPI hostfiles) are only
 // written, never read, so they are not cached at all.
 // The cache cannot be configured for a kind the cluster does not serve, so it asks which PodGroup
@@ -59,11 +61,12 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	// hands out its own, which the build pipeline copies before it changes anything.
 	shared := ptr.To(true)
 	byObject := map[client.Object]cache.ByObject{
-		&jobsetv1alpha2.JobSet{}:          {Transform: keepJobSetSummary},
-		&trainer.TrainJob{}:               {Transform: keepTrainJob},
-		&batchv1.Job{}:                    {Label: ours, Transform: keepJobCounts},
-		&trainer.ClusterTrainingRuntime{}: {UnsafeDisableDeepCopy: shared},
-		&trainer.TrainingRuntime{}:        {UnsafeDisableDeepCopy: shared},
+		&jobsetv1alpha2.JobSet{}:                 {Transform: keepJobSetSummary},
+		&trainer.TrainJob{}:                      {Transform: keepTrainJob},
+		&batchv1.Job{}:                           {Label: ours, Transform: keepJobCounts},
+		&autoscalingv2.HorizontalPodAutoscaler{}: {Label: ours},
+		&trainer.ClusterTrainingRuntime{}:        {UnsafeDisableDeepCopy: shared},
+		&trainer.TrainingRuntime{}:               {UnsafeDisableDeepCopy: shared},
 	}
 	for _, pg := range podGroups {
 		byObject[pg] = cache.ByObject{Label: ours, Transform: keepPodGroupSummary}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,12 +31,13 @@ import (
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
-// Frameworks are the frameworks the manager runs, one controller each. Adding a framework means
-// adding its package and one line here.
-func Frameworks() []framework.Framework {
+// Frameworks are the frameworks the manager runs, one controller each, for a cluster whose DNS
+// domain is clusterDomain (empty means cluster.local). Adding a framework means adding its
+// package and one line here.
+func Frameworks(clusterDomain string) []framework.Framework {
 	return []framework.Framework{
 		plain.New(),
-		torch.New(),
+		torch.New(clusterDomain),
 		mpi.New(),
 		xgboost.New(),
 		jax.New(),
@@ -220,6 +222,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		for _, pg := range podGroups {
 			b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)))
 		}
+		// An elastic TrainJob's autoscaler, changed or deleted by someone else, is set right.
+		b = b.Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(namesake(r.client, owns)),
+			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}))
 		if len(podGroups) > 0 {
 			b = b.WatchesRawSource(reports.source(owns))
 		}

@@ -230,6 +230,7 @@ func setJobSetCounts(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) (ready
 		})
 	}
 	tj.Status.Restarts = jobSet.Status.Restarts
+	setScaleStatus(tj, jobSet)
 	ready, total = trainingPods(jobSet)
 	if total > 0 {
 		tj.Status.Ready = fmt.Sprintf("%d/%d", ready, total)

@@ -83,6 +83,9 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj, before)
+	if err == nil {
+		err = r.autoscale(ctx, tj)
+	}
 	recordCreationFailure(r.framework, tj)
 	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
 		result.RequeueAfter = max(left, time.Millisecond) // Check the deadline when it passes: at once when it has.
@@ -105,6 +108,9 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // Jobs may still wind down after its terminal state (MPI's workers stop after the launcher
 // succeeded). Nothing else of it changes: its conditions and children are final.
 func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
+	if err := r.autoscale(ctx, tj); err != nil {
+		return ctrl.Result{}, err
+	}
 	js, err := r.jobSet(ctx, tj)
 	if err != nil || js == nil || !metav1.IsControlledBy(js, tj) {
 		return ctrl.Result{}, err
@@ -208,6 +214,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	// its suspend flag follows the TrainJob's. A JobSet whose pods may start waits for its gang's
 	// PodGroup, built from the same spec.
 	suspend := ptr.Deref(tj.Spec.Suspend, false)
+	built := false
 	switch {
 	case js != nil && js.DeletionTimestamp != nil:
 		// Being deleted: to be created again (below) if its pods never ran. Its deletion queues
@@ -304,6 +311,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
+		built = true
 		log.V(2).Info("Wrote JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
 		if progressOff != nil {
 			log.Info("Built the JobSet without progress reporting", "error", progressOff.Error())
@@ -326,6 +334,12 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			}
 		}
 		if err := r.setJobSetSuspend(ctx, js, suspend); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	// An elastic TrainJob's size follows spec.trainer.numNodes, running or not (elastic.go).
+	if !built {
+		if js, err = r.resize(ctx, tj, js); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

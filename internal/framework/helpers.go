@@ -187,6 +187,21 @@ func TrainingPods(js *jobsetv1alpha2.JobSet) string {
 	return strings.Join(parts, ",")
 }
 
+// TrainerJobAnnotation on a TrainJob's JobSet names its trainer job: the replicated job whose
+// pods are the training's nodes, which a resize grows or shrinks and an autoscaler reads.
+const TrainerJobAnnotation = "trainer.kubeflow.org/trainer-job"
+
+// TrainerJobName is the name of a JobSet's trainer job: its replicated job labelled as the
+// trainer's ancestor step; empty when it has none.
+func TrainerJobName(js *jobsetv1alpha2.JobSet) string {
+	for i := range js.Spec.ReplicatedJobs {
+		if trainer.Ancestor(&js.Spec.ReplicatedJobs[i]) == trainer.AncestorTrainer {
+			return js.Spec.ReplicatedJobs[i].Name
+		}
+	}
+	return ""
+}
+
 // SpecHashAnnotation on a TrainJob's JobSet and PodGroup records which TrainJob spec they were
 // built from (SpecHash), so that they are rebuilt while suspended only when the TrainJob
 // changed, never because its runtime did: runtimes are blueprints.
@@ -194,11 +209,15 @@ const SpecHashAnnotation = "trainer.kubeflow.org/trainjob-spec-hash"
 
 // BuiltFrom is a copy of a TrainJob's spec without the fields its children are not built from,
 // which are also the fields a running TrainJob may change: spec.suspend, which the JobSet follows
-// without a rebuild, and spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds, which
-// only the operator reads.
-func BuiltFrom(spec *trainer.TrainJobSpec) *trainer.TrainJobSpec {
+// without a rebuild, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds, which only
+// the operator reads, and for an elastic TrainJob spec.trainer.numNodes, which resizes its
+// JobSet in place (Resize).
+func BuiltFrom(spec *trainer.TrainJobSpec, elastic bool) *trainer.TrainJobSpec {
 	s := spec.DeepCopy()
 	s.Suspend, s.TTLSecondsAfterFinished, s.ProgressDeadlineSeconds = nil, nil, nil
+	if elastic && s.Trainer != nil {
+		s.Trainer.NumNodes = nil
+	}
 	return s
 }
 
@@ -210,10 +229,34 @@ func Built(child metav1.Object, tj *trainer.TrainJob) bool {
 // SpecHash is a digest of everything in a TrainJob's spec that its JobSet is built from
 // (BuiltFrom).
 func SpecHash(tj *trainer.TrainJob) string {
-	data, _ := json.Marshal(BuiltFrom(&tj.Spec)) // A spec always encodes: it was decoded from JSON.
+	data, _ := json.Marshal(BuiltFrom(&tj.Spec, Elastic(tj) != nil)) // A spec always encodes: it was decoded from JSON.
 	sum := fnv.New64a()
 	_, _ = sum.Write(data)
 	return strconv.FormatUint(sum.Sum64(), 36)
+}
+
+// Elastic is the torch elastic policy of the runtime a TrainJob was built from, as its
+// status.runtimeSnapshot records it; nil when the TrainJob is not elastic, or not built yet.
+func Elastic(tj *trainer.TrainJob) *trainer.TorchElasticPolicy {
+	if s := tj.Status.RuntimeSnapshot; s != nil {
+		return ElasticPolicy(s.MLPolicy)
+	}
+	return nil
+}
+
+// ElasticPolicy is an ML policy's torch elastic policy, or nil.
+func ElasticPolicy(p *trainer.MLPolicy) *trainer.TorchElasticPolicy {
+	if p == nil || p.Torch == nil {
+		return nil
+	}
+	return p.Torch.ElasticPolicy
+}
+
+// ElasticBounds are the fewest and the most nodes of an elastic policy: minNodes (1 when
+// omitted) and maxNodes (minNodes when omitted).
+func ElasticBounds(p *trainer.TorchElasticPolicy) (minNodes, maxNodes int32) {
+	minNodes = ptr.Deref(p.MinNodes, 1)
+	return minNodes, ptr.Deref(p.MaxNodes, minNodes)
 }
 
 // ApplyResourcesPerNode merges the TrainJob's spec.trainer.resourcesPerNode into a container's

@@ -221,14 +221,15 @@ func size(b *framework.Draft) (int32, corev1.ResourceList) {
 	return count, total
 }
 
-// elasticMinNodes is the fewest nodes an elastic torch TrainJob starts with, or nil when it is
-// not elastic.
+// elasticMinNodes is the fewest nodes an elastic torch TrainJob runs on, or nil when it is not
+// elastic.
 func elasticMinNodes(b *framework.Draft) *int32 {
-	p := b.Runtime.Spec.MLPolicy
-	if p == nil || p.Torch == nil || p.Torch.ElasticPolicy == nil {
+	p := framework.ElasticPolicy(b.Runtime.Spec.MLPolicy)
+	if p == nil {
 		return nil
 	}
-	return ptr.To(ptr.Deref(p.Torch.ElasticPolicy.MinNodes, 1))
+	minNodes, _ := framework.ElasticBounds(p)
+	return &minNodes
 }
 
 // defaultRequestsToLimits does what the API server does to a pod: a resource with a limit and no

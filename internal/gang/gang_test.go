@@ -61,14 +61,14 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 	}{
 		"torch GPU nodes: every node, GPUs requested through their limits": {
 			runtime:    utiltesting.MakeRuntimeSpec().NumNodes(3).ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{}),
-			framework:  torch.New(),
+			framework:  torch.New(""),
 			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
 			minMember:  3,
 			minRequest: list("cpu", "6", "memory", "12Gi", "nvidia.com/gpu", "3"),
 		},
 		"the TrainJob's numNodes and resourcesPerNode, merged into the runtime's resources, size the gang": {
 			runtime:   utiltesting.MakeRuntimeSpec().NumNodes(3).ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{}),
-			framework: torch.New(),
+			framework: torch.New(""),
 			trainJob: utiltesting.MakeTrainJob("tj", "ns").Trainer(&trainer.Trainer{
 				NumNodes:         ptr.To[int32](5),
 				ResourcesPerNode: &corev1.ResourceRequirements{Requests: list("cpu", "8"), Limits: list("nvidia.com/gpu", "2")},
@@ -146,7 +146,7 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 		"an elastic torch gang starts with minNodes, not maxNodes": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(gpuNode).Torch(&trainer.TorchMLPolicySource{
 				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](8)}}),
-			framework:  torch.New(),
+			framework:  torch.New(""),
 			trainJob:   utiltesting.MakeTrainJob("tj", "ns").Obj(),
 			minMember:  2,
 			minRequest: list("cpu", "4", "memory", "8Gi", "nvidia.com/gpu", "2"),

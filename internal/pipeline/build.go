@@ -106,13 +106,18 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	return &Children{JobSet: js, Create: b.Create, PodGroup: podGroup}, nil
 }
 
-// numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else 1.
+// numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else its
+// elastic policy's maxNodes, else 1.
 func numNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) int32 {
 	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil {
 		return *tj.Spec.Trainer.NumNodes
 	}
 	if spec.MLPolicy != nil && spec.MLPolicy.NumNodes != nil {
 		return *spec.MLPolicy.NumNodes
+	}
+	if elastic := framework.ElasticPolicy(spec.MLPolicy); elastic != nil {
+		_, maxNodes := framework.ElasticBounds(elastic)
+		return maxNodes
 	}
 	return 1
 }
@@ -133,6 +138,7 @@ func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*job
 		WithAnnotations(map[string]string{
 			framework.SpecHashAnnotation:     framework.SpecHash(tj),
 			framework.TrainingPodsAnnotation: framework.TrainingPods(js),
+			framework.TrainerJobAnnotation:   framework.TrainerJobName(js),
 		}).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj))
 	ac.Spec = &jobsetac.JobSetSpecApplyConfiguration{}

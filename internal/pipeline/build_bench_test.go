@@ -28,7 +28,7 @@ func BenchmarkBuild(b *testing.B) {
 		spec *utiltesting.RuntimeSpecWrapper
 	}{
 		"plain":   {plain.New(), utiltesting.MakeRuntimeSpec()},
-		"torch":   {torch.New(), utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("auto"))})},
+		"torch":   {torch.New(""), utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("auto"))})},
 		"xgboost": {xgboost.New(), utiltesting.MakeRuntimeSpec().XGBoost(&trainer.XGBoostMLPolicySource{})},
 		"jax":     {jax.New(), utiltesting.MakeRuntimeSpec().JAX()},
 		"mpi": {mpi.New(), utiltesting.MakeRuntimeSpec().ReplicatedJobs(

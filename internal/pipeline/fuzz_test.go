@@ -49,7 +49,7 @@ func FuzzBuild(f *testing.F) {
 			f.Add(tj, rt)
 		}
 	}
-	frameworks := controller.Frameworks()
+	frameworks := controller.Frameworks("")
 	f.Fuzz(func(t *testing.T, tjJSON, rtJSON []byte) {
 		tj, spec := &trainer.TrainJob{}, &trainer.TrainingRuntimeSpec{}
 		if json.Unmarshal(tjJSON, tj) != nil || json.Unmarshal(rtJSON, spec) != nil {
@@ -152,7 +152,7 @@ func FuzzNumProcPerNode(f *testing.F) {
 		f.Fatalf("want the 8 shipped torch, MPI and Flux runtimes (torch, MPI, DeepSpeed, MLX, the torchtune ones, Flux), found %d", len(runtimes))
 	}
 	fluxTasks := regexp.MustCompile(`(?m)^    flags="-N 1 -n (\d+)"$`)
-	frameworks := controller.Frameworks()
+	frameworks := controller.Frameworks("")
 	f.Fuzz(func(t *testing.T, isString bool, n int32, s string) {
 		value := intstr.FromInt32(n)
 		if isString {

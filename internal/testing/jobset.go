@@ -86,6 +86,7 @@ func (w *JobSetWrapper) Obj() *jobsetv1alpha2.JobSet {
 		}
 	}
 	w.JobSet.Annotations[framework.TrainingPodsAnnotation] = framework.TrainingPods(&w.JobSet)
+	w.JobSet.Annotations[framework.TrainerJobAnnotation] = framework.TrainerJobName(&w.JobSet)
 	return &w.JobSet
 }
 

@@ -42,7 +42,7 @@ func FuzzAdmission(f *testing.F) {
 		}
 	}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(shipped...).Build()
-	frameworks := controller.Frameworks()
+	frameworks := controller.Frameworks("")
 	tr := runtimeWebhook[*trainer.TrainingRuntime]{kind: trainer.TrainingRuntimeKind, frameworks: frameworks,
 		spec: func(rt *trainer.TrainingRuntime) *trainer.TrainingRuntimeSpec { return &rt.Spec }}
 	ctr := runtimeWebhook[*trainer.ClusterTrainingRuntime]{kind: trainer.ClusterTrainingRuntimeKind, frameworks: frameworks,

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"net/http"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -67,9 +69,11 @@ func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsRea
 // Setup registers the webhooks of the three kinds with the manager's webhook server.
 func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 	setupJobWebhook(mgr)
+	trainJobs := &trainJobWebhook{client: mgr.GetAPIReader(), frameworks: frameworks}
+	setupScaleWebhook(mgr, trainJobs)
 	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainJob{}).
-		WithDefaulter(patchTimes{}).
-		WithValidator(&trainJobWebhook{client: mgr.GetAPIReader(), frameworks: frameworks}).
+		WithDefaulter(trainJobDefaulter{cache: mgr.GetClient(), reader: mgr.GetAPIReader()}).
+		WithValidator(trainJobs).
 		Complete(); err != nil {
 		return err
 	}
@@ -85,18 +89,57 @@ func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 
 // +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
 
-// patchTimes stamps each of spec.runtimePatches with the time it was written, as upstream
+// trainJobDefaulter defaults a new elastic TrainJob's size, and stamps the times of its runtime
+// patches.
+type trainJobDefaulter struct {
+	cache, reader client.Reader
+}
+
+// Default fills in what a TrainJob leaves out. The API server may call it twice for one request:
+// it gives the same answer.
+func (d trainJobDefaulter) Default(ctx context.Context, tj *trainer.TrainJob) error {
+	req, _ := admission.RequestFromContext(ctx) // Always there, but for direct calls.
+	if req.Operation == admissionv1.Create {
+		d.defaultNodes(ctx, tj)
+	}
+	return stampPatchTimes(req, tj)
+}
+
+// defaultNodes sets a new elastic TrainJob's spec.trainer.numNodes to its runtime's maxNodes, the
+// size it starts at, so that its scale subresource reads its size: an autoscaler does not scale
+// a target whose size reads 0. The runtime is looked up in the cache, and past it only when the
+// cache lacks it (a runtime applied a moment before). Without a runtime the TrainJob is left as
+// it is: it still starts at maxNodes, and kubectl scale sets numNodes.
+func (d trainJobDefaulter) defaultNodes(ctx context.Context, tj *trainer.TrainJob) {
+	if !tj.ManagedByOperator() || nodes(tj) != 0 {
+		return
+	}
+	rt, err := trainingruntime.Resolve(ctx, d.cache, tj)
+	if errors.Is(err, trainingruntime.ErrNotFound) {
+		rt, err = trainingruntime.Resolve(ctx, d.reader, tj)
+	}
+	if err != nil {
+		return
+	}
+	elastic := framework.ElasticPolicy(rt.Spec.MLPolicy)
+	if elastic == nil || rt.Spec.MLPolicy.NumNodes != nil {
+		return
+	}
+	_, maxNodes := framework.ElasticBounds(elastic)
+	if tj.Spec.Trainer == nil {
+		tj.Spec.Trainer = &trainer.Trainer{}
+	}
+	tj.Spec.Trainer.NumNodes = ptr.To(maxNodes)
+}
+
+// stampPatchTimes stamps each of spec.runtimePatches with the time it was written, as upstream
 // Kubeflow Trainer's webhook does: a new patch (on create, or a manager's first on update) gets
 // the request's time unless it brings its own; a patch that changed (its time aside) gets the
 // request's time, whatever the update sends; a patch that did not change keeps the time it had.
 // So the time tells when its manager last changed it.
-type patchTimes struct{}
-
-// Default stamps the times. The API server may call it twice for one request: it gives the same
-// answer.
-func (patchTimes) Default(ctx context.Context, tj *trainer.TrainJob) error {
+func stampPatchTimes(req admission.Request, tj *trainer.TrainJob) error {
 	old := map[string]trainer.RuntimePatch{}
-	if req, err := admission.RequestFromContext(ctx); err == nil && len(req.OldObject.Raw) > 0 {
+	if len(req.OldObject.Raw) > 0 {
 		var before trainer.TrainJob
 		if err := json.Unmarshal(req.OldObject.Raw, &before); err != nil {
 			return fmt.Errorf("reading the TrainJob before the update: %w", err)
@@ -141,23 +184,74 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 
 // ValidateUpdate lets a running TrainJob change only what its JobSet is not built from
 // (framework.BuiltFrom): spec.suspend, spec.ttlSecondsAfterFinished and
-// spec.progressDeadlineSeconds; anything else would not reach its running JobSet, or would break
-// it. A suspended TrainJob, or one that the update suspends, may change anything the schema
-// allows, such as the podSpecOverrides Kueue adds. An update of those fields or metadata alone is
-// never refused: Kueue must always be able to suspend, even a TrainJob whose runtime has changed
-// since it was built, and a TTL or a progress deadline may change at any time, as a Job's TTL.
+// spec.progressDeadlineSeconds, and an elastic TrainJob's spec.trainer.numNodes (checkResize);
+// anything else would not reach its running JobSet, or would break it. A suspended TrainJob, or
+// one that the update suspends, may change anything the schema allows, such as the
+// podSpecOverrides Kueue adds. An update of those fields or metadata alone is never refused:
+// Kueue must always be able to suspend, even a TrainJob whose runtime has changed since it was
+// built, and a TTL or a progress deadline may change at any time, as a Job's TTL.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
-	if apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec), framework.BuiltFrom(&tj.Spec)) {
+	resized := nodes(old) != nodes(tj)
+	if !resized && apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec, false), framework.BuiltFrom(&tj.Spec, false)) {
 		return nil, nil
-	}
-	if running(old) && running(tj) {
-		return nil, invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("spec"),
-			"only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs: suspend it first"))
 	}
 	// Checked against the runtime it is built from: its snapshot, once it has one.
 	tj = tj.DeepCopy()
 	tj.Status = old.Status
+	if !tj.ManagedByOperator() {
+		return nil, nil
+	}
+	var elastic *trainer.TorchElasticPolicy
+	if resized {
+		rt, err := trainingruntime.ForTrainJob(ctx, w.client, tj)
+		if err != nil && !errors.Is(err, trainingruntime.ErrNotFound) {
+			return nil, apierrors.NewInternalError(err)
+		}
+		if rt != nil {
+			elastic = framework.ElasticPolicy(rt.Spec.MLPolicy)
+		}
+	}
+	if running(old) && running(tj) {
+		if !apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec, elastic != nil), framework.BuiltFrom(&tj.Spec, elastic != nil)) {
+			return nil, invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("spec"),
+				"only spec.suspend, spec.ttlSecondsAfterFinished, spec.progressDeadlineSeconds and, when its runtime is elastic, spec.trainer.numNodes may change while the TrainJob runs: suspend it first"))
+		}
+		if err := checkResize(old); err != nil {
+			return nil, invalid(trainer.TrainJobKind, tj.Name, err)
+		}
+	}
 	return w.validate(ctx, tj)
+}
+
+// nodes is a TrainJob's spec.trainer.numNodes, 0 when omitted.
+func nodes(tj *trainer.TrainJob) int32 {
+	if tj.Spec.Trainer == nil {
+		return 0
+	}
+	return ptr.Deref(tj.Spec.Trainer.NumNodes, 0)
+}
+
+// checkResize refuses to resize a running elastic TrainJob that is finished, or that Kueue
+// admitted: Kueue v0.17 counts a TrainJob's pods from spec.trainer.numNodes and, when the count
+// changes, evicts the running TrainJob and queues it again at the new size (its workload slices
+// do not serve TrainJobs). Resizing it while suspended is queueing it again at the new size.
+func checkResize(old *trainer.TrainJob) error {
+	path := framework.TrainerPath.Child("numNodes")
+	if finished(old) {
+		return field.Forbidden(path, "the TrainJob is finished: its size can no longer change")
+	}
+	if queue, queued := old.Labels[trainer.KueueQueueLabel]; queued {
+		return field.Forbidden(path, fmt.Sprintf(
+			"the TrainJob is admitted by Kueue (queue %q) at %d nodes, and Kueue stops a running TrainJob whose size changes and queues it again: suspend it, change numNodes and resume it, to be admitted again at the new size",
+			queue, nodes(old)))
+	}
+	return nil
+}
+
+// finished reports whether a TrainJob is Complete or Failed.
+func finished(tj *trainer.TrainJob) bool {
+	return apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
+		apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)
 }
 
 // ValidateDelete allows every deletion.
@@ -191,17 +285,19 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 		}
 		return nil, invalid(trainer.TrainJobKind, tj.Name, err)
 	}
+	if _, queued := tj.Labels[trainer.KueueQueueLabel]; queued {
+		if elastic := framework.ElasticPolicy(rt.Spec.MLPolicy); elastic != nil && len(elastic.Metrics) > 0 {
+			warnings = append(warnings, "metadata.labels: queued by Kueue, the TrainJob gets no autoscaler from its runtime's elasticPolicy.metrics, and keeps the size Kueue admitted while it runs: Kueue stops a TrainJob whose size changes")
+		}
+	}
 	return warnings, nil
 }
-
-// KueueQueueLabel names the Kueue LocalQueue a TrainJob is queued in.
-const KueueQueueLabel = "kueue.x-k8s.io/queue-name"
 
 // kueueWarnings warns about what a TrainJob queued by Kueue would lose or break. Kueue reads and
 // updates TrainJobs with upstream Kubeflow Trainer's Go types: its updates drop the fields those
 // types lack, and it cannot read numProcPerNode as a string.
 func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
-	if _, queued := tj.Labels[KueueQueueLabel]; !queued {
+	if _, queued := tj.Labels[trainer.KueueQueueLabel]; !queued {
 		return nil
 	}
 	var warnings admission.Warnings

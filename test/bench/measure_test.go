@@ -223,7 +223,7 @@ func runtimeOf(ctx context.Context, c client.Client, w workload) (*trainingrunti
 // With the floor's writer, as many writers as the operator has workers write, for each TrainJob
 // created, what the operator would: the floor has the operator's concurrency, not the clients'.
 func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.Runtime, wr writer, obs *observer) error {
-	fw := framework.Select(controller.Frameworks(), rt.Spec.MLPolicy)
+	fw := framework.Select(controller.Frameworks(""), rt.Spec.MLPolicy)
 	var (
 		creators, writers sync.WaitGroup
 		errOnce           sync.Once

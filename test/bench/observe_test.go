@@ -306,7 +306,7 @@ func startManager(cluster *testenv.Cluster) (*manager, error) {
 // waitForWorkers waits until every controller of the manager has its cache and started its
 // workers, as its log says.
 func (m *manager) waitForWorkers() error {
-	want := len(controller.Frameworks()) + 1 // And the gang controller.
+	want := len(controller.Frameworks("")) + 1 // And the gang controller.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if err := m.program.Exited(); err != nil {

@@ -20,13 +20,12 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
-	"github.com/trainjob/operator/internal/webhook"
 	"github.com/trainjob/operator/test/testenv"
 )
 
 // Kueue's labels on a TrainJob.
 const (
-	queueLabel    = webhook.KueueQueueLabel
+	queueLabel    = trainer.KueueQueueLabel
 	priorityLabel = "kueue.x-k8s.io/priority-class"
 )
 

@@ -139,6 +139,13 @@ webhook:
 ` + more
 }
 
+// jobSetFeatureGates turn on JobSet's Alpha ElasticJobSet gate, which lets a running JobSet
+// resize its Indexed Jobs (an elastic TrainJob's scale). JobSet reads gates only from its
+// configuration file.
+const jobSetFeatureGates = `featureGates:
+  ElasticJobSet: true
+`
+
 // startJobSet starts the JobSet controller, serving JobSet's webhooks on loopback.
 func (c *Cluster) startJobSet(kubeconfig string) error {
 	mutating, validating, err := jobSetWebhooks()
@@ -147,7 +154,7 @@ func (c *Cluster) startJobSet(kubeconfig string) error {
 	}
 	return c.serveWebhooks("JobSet", mutating, validating, func(hooks envtest.WebhookInstallOptions) error {
 		config := filepath.Join(c.Dir, "jobset.yaml")
-		if err := os.WriteFile(config, []byte(controllerConfig("config.jobset.x-k8s.io/v1alpha1", hooks, "")), 0o600); err != nil {
+		if err := os.WriteFile(config, []byte(controllerConfig("config.jobset.x-k8s.io/v1alpha1", hooks, jobSetFeatureGates)), 0o600); err != nil {
 			return err
 		}
 		return c.run("jobset-controller", []string{"KUBECONFIG=" + kubeconfig},

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	operatorwebhook "github.com/trainjob/operator/internal/webhook"
+	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
 // kueueToolsModule is the build-only module bin/kueue is built from (see hack/tools.mk).
@@ -25,7 +25,7 @@ const kueueToolsModule = "hack/tools/kueue"
 // with upstream Trainer's types (refusing those they cannot decode) and refuse any change to a
 // TrainJob whose runtime is gone, queued or not.
 func kueueWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
-	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: operatorwebhook.KueueQueueLabel, Operator: metav1.LabelSelectorOpExists}}}
+	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: trainer.KueueQueueLabel, Operator: metav1.LabelSelectorOpExists}}}
 	return moduleWebhooks(kueueCRD, "kueue-", func(rules []admissionv1.RuleWithOperations) (bool, *metav1.LabelSelector) {
 		if slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.Resources, "trainjobs") }) {
 			return true, queued

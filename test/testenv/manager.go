@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	jobsetfeatures "sigs.k8s.io/jobset/pkg/features"
 	jobsetwebhooks "sigs.k8s.io/jobset/pkg/webhooks"
 
 	"github.com/trainjob/operator/internal/controller"
@@ -73,12 +74,12 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		opts.Progress = &progress.Endpoint{URL: c.WebhookURL(), CAFile: filepath.Join(hooks.LocalServingCertDir, "ca.crt")}
 		opts.ProgressInterval = cmp.Or(c.Progress.Interval, ProgressInterval)
 	}
-	if err := controller.Setup(ctx, mgr, controller.Frameworks(), opts); err != nil {
+	if err := controller.Setup(ctx, mgr, controller.Frameworks(""), opts); err != nil {
 		cancel()
 		return nil, err
 	}
 	if c.settings.webhooks {
-		if err := operatorwebhook.Setup(mgr, controller.Frameworks()); err != nil {
+		if err := operatorwebhook.Setup(mgr, controller.Frameworks("")); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -92,6 +93,11 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		}
 	}
 	if c.settings.local == nil {
+		// As the local cluster's JobSet controller runs (jobSetFeatureGates).
+		if err := jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, true); err != nil {
+			cancel()
+			return nil, err
+		}
 		if err := jobsetwebhooks.Setup(mgr); err != nil {
 			cancel()
 			return nil, err

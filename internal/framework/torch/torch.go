@@ -40,10 +40,22 @@ const (
 	EnvMaxRestarts    = "PET_MAX_RESTARTS"
 )
 
-type torch struct{}
+// DefaultClusterDomain is the cluster's DNS domain unless the manager is told another one.
+const DefaultClusterDomain = "cluster.local"
 
-// New returns the torch framework.
-func New() framework.Framework { return torch{} }
+type torch struct {
+	// clusterDomain is the cluster's DNS domain, the end of the pods' fully qualified names.
+	clusterDomain string
+}
+
+// New returns the torch framework for a cluster whose DNS domain is clusterDomain (the
+// kubelets' clusterDomain); empty means DefaultClusterDomain.
+func New(clusterDomain string) framework.Framework {
+	if clusterDomain == "" {
+		clusterDomain = DefaultClusterDomain
+	}
+	return torch{clusterDomain: clusterDomain}
+}
 
 func (torch) Name() string { return Name }
 
@@ -62,7 +74,7 @@ func (torch) ReservedEnv() []string {
 // rendezvous between minNodes and maxNodes nodes. A TrainJob whose command is `tune run` gets
 // the rest of torchtune's command line instead of the static rendezvous's address (torchtune.go).
 func (t torch) Apply(b *framework.Draft) error {
-	env, procs, err := environment(b, b.MLPolicy().Torch)
+	env, procs, err := t.environment(b, b.MLPolicy().Torch)
 	if err != nil {
 		return err
 	}
@@ -119,7 +131,7 @@ func (torch) EnvTargets(b *framework.Draft) ([]framework.ContainerRef, error) {
 // environment is torchrun's environment, the same in every container that gets it, and makes
 // the trainer job fit it: Indexed, for the ranks, and sized by the elastic policy. It also returns
 // the processes per node.
-func environment(b *framework.Draft, policy *trainer.TorchMLPolicySource) ([]corev1.EnvVar, int64, error) {
+func (t torch) environment(b *framework.Draft, policy *trainer.TorchMLPolicySource) ([]corev1.EnvVar, int64, error) {
 	procs, err := numProcPerNode(b, policy)
 	if err != nil {
 		return nil, 0, err
@@ -135,25 +147,25 @@ func environment(b *framework.Draft, policy *trainer.TorchMLPolicySource) ([]cor
 	if policy.ElasticPolicy == nil {
 		return env, procs, nil
 	}
-	elastic, err := applyElastic(b, policy.ElasticPolicy, master)
+	elastic, err := applyElastic(b, policy.ElasticPolicy, t.fqdn(b, master))
 	return upsert.Env(env, elastic...), procs, err
 }
 
-// applyElastic runs maxNodes pods that rendezvous through the c10d store on the first node, and
-// lets torchrun and the JobSet restart the training maxRestarts times; it returns the elastic
-// part of torchrun's environment. The Job, the gang and torchrun agree on the sizes a run may
-// have: torchrun trains with whatever number of nodes between minNodes and maxNodes joined, the
-// gang is placed with minNodes of them, and the Job succeeds once minNodes pods did (a Job
-// success policy), so that a run which never grew past minNodes completes rather than wait for
-// pods that never ran.
-func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, master string) ([]corev1.EnvVar, error) {
-	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumNodes != nil {
-		return nil, field.Forbidden(framework.TrainerPath.Child("numNodes"),
-			fmt.Sprintf("%s is elastic: its torch.elasticPolicy sizes the job", b.Runtime))
+// applyElastic runs numNodes pods (maxNodes unless the TrainJob says fewer) that rendezvous
+// through the c10d store of the first node, whose fully qualified name is host, and lets
+// torchrun and the JobSet restart the training maxRestarts times; it returns the elastic part of
+// torchrun's environment. The Job, the gang and torchrun agree on every size a run may have, so
+// that the trainer job may grow and shrink in place while it runs (the operator's resize): the
+// environment names the bounds, not the size; the gang is placed with minNodes pods, and later
+// ones are let through at once; the Job succeeds once minNodes pods did (a Job success policy),
+// so that a run at any size completes; and the rendezvous is on the first pod, which a resize
+// never removes (the Job controller removes the highest indexes).
+func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, host string) ([]corev1.EnvVar, error) {
+	minNodes, maxNodes := framework.ElasticBounds(elastic)
+	if b.NumNodes < minNodes || b.NumNodes > maxNodes {
+		return nil, field.Invalid(framework.TrainerPath.Child("numNodes"), b.NumNodes,
+			fmt.Sprintf("%s is elastic: numNodes must be between its torch.elasticPolicy's minNodes (%d) and maxNodes (%d)", b.Runtime, minNodes, maxNodes))
 	}
-	minNodes := ptr.Deref(elastic.MinNodes, 1)
-	maxNodes := ptr.Deref(elastic.MaxNodes, minNodes)
-	b.SetNodes(maxNodes)
 	if minNodes < maxNodes {
 		// The trainer job is Indexed (RankEnv), as a success policy needs.
 		b.TrainerJob().Template.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To(minNodes)}}}
@@ -161,17 +173,34 @@ func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, maste
 	env := []corev1.EnvVar{
 		{Name: EnvNumNodes, Value: fmt.Sprintf("%d:%d", minNodes, maxNodes)},
 		{Name: EnvRdzvBackend, Value: "c10d"},
-		{Name: EnvRdzvEndpoint, Value: fmt.Sprintf("%s:%d", master, Port)},
+		{Name: EnvRdzvEndpoint, Value: fmt.Sprintf("%s:%d", host, Port)},
 		{Name: EnvRdzvID, Value: b.TrainJob.Name},
 	}
-	if elastic.MaxRestarts != nil {
+	switch {
+	case elastic.MaxRestarts != nil:
 		env = append(env, corev1.EnvVar{Name: EnvMaxRestarts, Value: strconv.Itoa(int(*elastic.MaxRestarts))})
 		if b.JobSet.Spec.FailurePolicy == nil {
 			b.JobSet.Spec.FailurePolicy = &jobsetv1alpha2.FailurePolicy{}
 		}
 		b.JobSet.Spec.FailurePolicy.MaxRestarts = *elastic.MaxRestarts
+	case minNodes < maxNodes:
+		// A scale-down spends one of torchrun's restarts on every node that stays: with its
+		// default of none, the first would end the training.
+		env = append(env, corev1.EnvVar{Name: EnvMaxRestarts, Value: strconv.Itoa(DefaultElasticMaxRestarts)})
 	}
 	return env, nil
+}
+
+// DefaultElasticMaxRestarts is torchrun's --max-restarts for a TrainJob that may change size and
+// whose runtime's elastic policy sets none.
+const DefaultElasticMaxRestarts = 3
+
+// fqdn is the fully qualified name of a pod's address (PodAddress): the name the kubelet writes
+// first for the pod in its /etc/hosts, which torchrun's c10d rendezvous compares the endpoint's
+// host with to decide that this pod hosts the store. Any shorter name resolves as well, but no
+// pod would host it.
+func (t torch) fqdn(b *framework.Draft, address string) string {
+	return fmt.Sprintf("%s.%s.svc.%s", address, b.TrainJob.Namespace, t.clusterDomain)
 }
 
 // numProcPerNode resolves the processes per node to a number, so that the world size is fixed

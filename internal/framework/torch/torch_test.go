@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -152,7 +153,7 @@ func TestTorch(t *testing.T) {
 							{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
 							{Name: EnvMasterPort, Value: "29400"},
 							{Name: EnvRdzvBackend, Value: "c10d"},
-							{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
+							{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist.ns.svc.cluster.local:29400"},
 							{Name: EnvRdzvID, Value: "mnist"},
 							{Name: EnvMaxRestarts, Value: "3"},
 							// A JobSet that restarts tells the trainer its attempt, and keeps a
@@ -182,16 +183,44 @@ func TestTorch(t *testing.T) {
 				{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
 				{Name: EnvMasterPort, Value: "29400"},
 				{Name: EnvRdzvBackend, Value: "c10d"},
-				{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
+				{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist.ns.svc.cluster.local:29400"},
 				{Name: EnvRdzvID, Value: "mnist"},
 			},
 		},
-		"an elastic runtime refuses a TrainJob's numNodes": {
+		"an elastic TrainJob's numNodes is the size it runs at; the environment names the bounds, and torchrun may restart for scale-downs": {
 			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
-				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
+				NumProcPerNode: ptr.To(intstr.FromInt32(1)),
+				ElasticPolicy:  &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)},
 			}).Obj(),
 			trainJob: tj().NumNodes(2).Obj(),
-			wantErr:  `spec.trainer.numNodes: Forbidden: TrainingRuntime "torch" is elastic: its torch.elasticPolicy sizes the job`,
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return utiltesting.MakeJobSet(tj, rt).NumNodes("node", 2).
+					ReplicatedJob("node", func(j *jobsetv1alpha2.ReplicatedJob) {
+						j.Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+						j.Template.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To[int32](1)}}}
+					}).
+					Container("node", "node", func(c *corev1.Container) {
+						c.Env = []corev1.EnvVar{
+							rankEnv,
+							{Name: EnvNumNodes, Value: "1:4"},
+							{Name: EnvNumProcPerNode, Value: "1"},
+							{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
+							{Name: EnvMasterPort, Value: "29400"},
+							{Name: EnvRdzvBackend, Value: "c10d"},
+							{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist.ns.svc.cluster.local:29400"},
+							{Name: EnvRdzvID, Value: "mnist"},
+							{Name: EnvMaxRestarts, Value: "3"},
+						}
+						c.Ports = []corev1.ContainerPort{{Name: "torchrun", ContainerPort: 29400, Protocol: corev1.ProtocolTCP}}
+					}).Obj()
+			},
+		},
+		"an elastic TrainJob's numNodes outside the bounds is refused at the field": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](4)},
+			}).Obj(),
+			trainJob: tj().NumNodes(5).Obj(),
+			wantErr:  `spec.trainer.numNodes: Invalid value: 5: TrainingRuntime "torch" is elastic: numNodes must be between its torch.elasticPolicy's minNodes (2) and maxNodes (4)`,
 		},
 		"addresses use the trainer job's own name": {
 			runtime: utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("worker", trainer.AncestorTrainer, "trainer")).
@@ -219,7 +248,7 @@ func TestTorch(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tc.runtime}
-			children, err := pipeline.Build(tc.trainJob, rt, New())
+			children, err := pipeline.Build(tc.trainJob, rt, New(""))
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
@@ -313,8 +342,9 @@ func TestEnvInjection(t *testing.T) {
 					{Name: EnvMasterAddr, Value: "mnist-node-0-0.mnist"},
 					{Name: EnvMasterPort, Value: "29400"},
 					{Name: EnvRdzvBackend, Value: "c10d"},
-					{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist:29400"},
+					{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist.ns.svc.cluster.local:29400"},
 					{Name: EnvRdzvID, Value: "mnist"},
+					{Name: EnvMaxRestarts, Value: "3"},
 				}
 				return map[string][]corev1.EnvVar{"node/node": env, "evaluator/eval": env}
 			}(),
@@ -347,7 +377,7 @@ func TestEnvInjection(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &tc.runtime}
-			children, err := pipeline.Build(tc.trainJob, rt, New())
+			children, err := pipeline.Build(tc.trainJob, rt, New(""))
 			if tc.wantErr != "" {
 				require.EqualError(t, err, tc.wantErr)
 				return
@@ -370,4 +400,19 @@ func TestEnvInjection(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestElasticRendezvousIsOnTheFirstPodsFullName checks that the c10d endpoint is the first pod's
+// fully qualified name in the cluster's domain: torchrun hosts the store on the pod whose
+// /etc/hosts name equals it, and on no pod for any shorter name.
+func TestElasticRendezvousIsOnTheFirstPodsFullName(t *testing.T) {
+	spec := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+		ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)},
+	}).Obj()
+	rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torch", Spec: &spec}
+	children, err := pipeline.Build(utiltesting.MakeTrainJob("mnist", "team-a").Obj(), rt, New("corp.example"))
+	require.NoError(t, err)
+	js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+	assert.Contains(t, js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Env,
+		corev1.EnvVar{Name: EnvRdzvEndpoint, Value: "mnist-node-0-0.mnist.team-a.svc.corp.example:29400"})
 }

@@ -192,7 +192,7 @@ func TestTuneRun(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "torchtune", Spec: &tc.runtime}
-			children, err := pipeline.Build(tc.trainJob, rt, New())
+			children, err := pipeline.Build(tc.trainJob, rt, New(""))
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return

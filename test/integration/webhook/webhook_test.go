@@ -187,10 +187,10 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"a Flux queue policy Fluxion lacks", tjWith("flux-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("FLUX_QUEUE_POLICY", "lifo")}
 		}), []string{`spec.trainer.env[0].value: Unsupported value: "lifo": supported values: "fcfs", "easy", "hybrid", "conservative"`}},
-		{"numNodes for an elastic runtime", func() client.Object {
-			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").NumNodes(2).Obj()
+		{"numNodes beyond an elastic runtime's maxNodes", func() client.Object {
+			o := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").NumNodes(5).Obj()
 			return o
-		}(), []string{`spec.trainer.numNodes: Forbidden: TrainingRuntime "elastic" is elastic`}},
+		}(), []string{`spec.trainer.numNodes: Invalid value: 5: TrainingRuntime "elastic" is elastic: numNodes must be between its torch.elasticPolicy's minNodes (1) and maxNodes (4)`}},
 
 		// TrainJobs the schema refuses, before the webhook.
 		{"a name that is not a DNS-1035 label", func() client.Object { o := tj("torch-distributed"); o.Name = "9lives"; return o }(),
