@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// kubectl runs the local cluster's kubectl as a user would, with a kubeconfig of its own, and
+// returns what it printed, stdout and stderr together.
+func kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	kubeconfig, err := cluster.Kubeconfig("kubectl")
+	require.NoError(t, err)
+	assets, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	out, err := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// runningByIndex are the TrainJob's pods that run (not deleted, not finished), by completion index,
+// with their UIDs.
+func runningByIndex(c require.TestingT, tj *trainer.TrainJob) map[string]types.UID {
+	running := map[string]types.UID{}
+	for _, p := range pods(c, tj) {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running[p.Annotations[batchv1.JobCompletionIndexAnnotation]] = p.UID
+		}
+	}
+	return running
+}
+
+// TestAnElasticTrainJobScalesInPlace scales a running elastic TrainJob of 1 to 3 nodes, a
+// Coscheduling gang, with kubectl scale: down to 1 and up to 2, with JobSet's and the Job
+// controller's own rules. The first pod (the rendezvous) and every pod that stays keep running,
+// the same pods: the Job removes the highest indexes and adds the missing ones; the added pod is
+// not held by the gang; the pods removed are no failure, and nothing restarts. A size outside
+// the runtime's bounds is refused, naming them; kubectl get shows the size and the desired size.
+func TestAnElasticTrainJobScalesInPlace(t *testing.T) {
+	ns := newNamespace(t)
+	node := nodeJob("1")
+	node.Template.Spec.Template.Spec.SchedulerName = testenv.CoschedulingScheduler
+	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(node).
+		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](3)}}).
+		PodGroupPolicy(trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}).Obj())
+	tj := createTrainJob(t, ns, "grow", "elastic", func(w *utiltesting.TrainJobWrapper) {
+		w.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, "3/3", tj.Status.Ready) })
+	first := runningByIndex(t, tj)["0"]
+	require.NotEmpty(t, first)
+
+	scaleTo := func(n int) {
+		t.Helper()
+		out, err := kubectl(t, "scale", "trainjob/grow", "-n", ns, "--replicas", strconv.Itoa(n))
+		require.NoError(t, err, out)
+		waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+			assert.Equal(c, int32(n), got.Status.Nodes)
+			assert.Equal(c, strconv.Itoa(n)+"/"+strconv.Itoa(n), got.Status.Ready)
+			running := runningByIndex(c, tj)
+			assert.Len(c, running, n, "running pods %v", running)
+			assert.Equal(c, first, running["0"], "the first pod was replaced")
+		})
+	}
+	scaleTo(1)
+	scaleTo(2)
+
+	out, err := kubectl(t, "scale", "trainjob/grow", "-n", ns, "--replicas", "4")
+	require.Error(t, err)
+	assert.Contains(t, out, `spec.trainer.numNodes: Invalid value: 4: TrainingRuntime "elastic" is elastic: numNodes must be between its torch.elasticPolicy's minNodes (1) and maxNodes (3)`)
+
+	out, err = kubectl(t, "get", "trainjob", "grow", "-n", ns)
+	require.NoError(t, err, out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	header, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+	nodes, desired := slices.Index(header, "NODES"), slices.Index(header, "DESIRED")
+	require.True(t, nodes >= 0 && desired >= 0, "columns: %s", lines[0])
+	assert.Equal(t, []string{"2", "2"}, []string{row[nodes], row[desired]}, out)
+
+	got := current(t, tj)
+	assert.Nil(t, got.Status.Failure, "a pod the scale-down removed was told as a failure")
+	assert.Zero(t, got.Status.Restarts)
+	assert.NotContains(t, utiltesting.EventReasons(t, k8sClient, got), "Warning/PodFailed")
+	assert.Contains(t, utiltesting.EventReasons(t, k8sClient, got), "Normal/Resized")
+}
+
+// TestAnAutoscalerNeverOutlivesItsTrainJob: an elastic TrainJob whose runtime names metrics gets
+// an autoscaler aimed at it, which the cluster's garbage collector deletes with it.
+func TestAnAutoscalerNeverOutlivesItsTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("1")).
+		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{
+			MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2),
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+				Name: corev1.ResourceCPU, Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](50)},
+			}}},
+		}}).Obj())
+	tj := createTrainJob(t, ns, "scaled", "elastic", func(w *utiltesting.TrainJobWrapper) {
+		w.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	})
+	key := client.ObjectKeyFromObject(tj)
+	hpa := utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval}, key,
+		&autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
+	assert.Equal(t, "TrainJob", hpa.Spec.ScaleTargetRef.Kind)
+
+	require.NoError(t, k8sClient.Delete(ctx, tj))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := k8sClient.Get(ctx, key, &autoscalingv2.HorizontalPodAutoscaler{})
+		assert.True(c, apierrors.IsNotFound(err), "the autoscaler outlived its TrainJob: %v", err)
+	}, timeout, interval)
+}
