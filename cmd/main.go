@@ -4,14 +4,17 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -120,6 +123,9 @@ func main() {
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	if errs := validation.IsDNS1123Subdomain(clusterDomain); len(errs) > 0 {
+		exitOn(errors.New(strings.Join(errs, "; ")), "--cluster-domain must be a DNS domain such as cluster.local")
+	}
 	// The Kubebuilder convention: ENABLE_WEBHOOKS=false runs the manager without webhooks.
 	enableWebhooks := os.Getenv("ENABLE_WEBHOOKS") != "false"
 	certOpts.Namespace = os.Getenv("POD_NAMESPACE")

@@ -28,7 +28,7 @@ dist.destroy_process_group()
 PY
 cat >"$dir/elastic.py" <<'PY'
 # An elastic run: every step all-reduces rank+1 at the world's current size and says so, until
-# the world holds GROW_TO processes; three steps at that size, and it is done. torchrun restarts
+# the world holds GROW_TO processes; five steps at that size, and it is done. torchrun restarts
 # the workers when a node joins, at the new size.
 import os
 import time
@@ -40,7 +40,7 @@ rank, world = dist.get_rank(), dist.get_world_size()
 grow_to = int(os.environ.get("GROW_TO", "2"))
 want = world * (world + 1) / 2
 step = 0
-while world < grow_to or step < 3:
+while world < grow_to or step < 5:
     total = torch.tensor([rank + 1.0])
     dist.all_reduce(total)
     print(f"rank {rank} of {world}: step {step}: all-reduce gave {total.item():g}, want {want:g}", flush=True)

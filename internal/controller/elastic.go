@@ -116,7 +116,7 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 	err = r.client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(fieldManager(r.framework)))
 	switch {
 	case permanent(err):
-			r.recorder.Eventf(tj, js, corev1.EventTypeWarning, trainer.TrainJobResizeFailedReason, "Resize",
+		r.recorder.Eventf(tj, js, corev1.EventTypeWarning, trainer.TrainJobResizeFailedReason, "Resize",
 			"JobSet %s refused to go from %d to %d nodes: %v. A running JobSet changes size only when the JobSet controller runs with its ElasticJobSet feature gate on (featureGates in its configuration file)",
 			js.Name, nodes, want, err)
 		return js, nil

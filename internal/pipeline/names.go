@@ -19,7 +19,8 @@ const podNameSuffix = "-abcde"
 // checkNames refuses a TrainJob whose Jobs or pods would get names JobSet refuses: its
 // webhook requires the name of every Job (<tj>-<job>-<index>) and of every pod of an Indexed
 // Job (<tj>-<job>-<index>-<podIndex>-<random>) to be a DNS-1035 label of at most 63
-// characters. The longest names are those of the last Job and pod, by JobSet's own naming. The
+// characters. The longest names are those of the last Job and pod, by JobSet's own naming (for an
+// elastic trainer job, the last pod at maxNodes). The
 // same goes for the PersistentVolumeClaims of the runtime's volumeClaimPolicies.
 func checkNames(b *framework.Draft) error {
 	tj := b.TrainJob.Name
@@ -28,7 +29,14 @@ func checkNames(b *framework.Draft) error {
 		what := "Jobs"
 		spec := rj.Template.Spec
 		if ptr.Deref(spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion && spec.Completions != nil {
-			longest = placement.GenPodName(tj, rj.Name, strconv.Itoa(int(rj.Replicas-1)), strconv.Itoa(int(*spec.Completions-1))) + podNameSuffix
+			completions := *spec.Completions
+			if elastic := framework.ElasticPolicy(b.MLPolicy()); elastic != nil && rj.Name == b.TrainerJob().Name {
+				// It may grow to maxNodes while it runs, and Kubernetes checks the names at
+				// creation only.
+				_, maxNodes := framework.ElasticBounds(elastic)
+				completions = max(completions, maxNodes)
+			}
+			longest = placement.GenPodName(tj, rj.Name, strconv.Itoa(int(rj.Replicas-1)), strconv.Itoa(int(completions-1))) + podNameSuffix
 			what = "pods"
 		}
 		if len(longest) <= validation.DNS1035LabelMaxLength {

@@ -3,13 +3,18 @@
 package e2e
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
@@ -39,4 +44,72 @@ func TestRealTorchrunAllReducesUnderTheOperatorsWiring(t *testing.T) {
 	for name, log := range logs {
 		assert.Regexp(t, `rank \d+ of 2: all-reduce gave 3, want 3`, log, "pod %s", name)
 	}
+}
+
+// TestRealTorchrunGrowsWhileItTrains runs Debian's torchrun elastically on the real node: a
+// training of 1 to 2 nodes starts on 1 (c10d rendezvous on the first pod, which hosts the store
+// under its fully qualified name), all-reduces at world size 1, is scaled to 2 through its scale
+// subresource as kubectl scale does, and goes on: torchrun's agent on the first pod sees the new
+// node waiting, restarts its workers (not its pod), and both nodes all-reduce at world size 2;
+// the training then completes. /elastic.py trains until its world has GROW_TO processes.
+func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	rt := shippedRuntimeCopy(t, ns, "elastic", "torch-distributed", func(spec *trainer.TrainingRuntimeSpec) {
+		spec.MLPolicy.NumNodes = nil
+		spec.MLPolicy.Torch.ElasticPolicy = &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)}
+	})
+	tj := onTheRealNode(utiltesting.MakeTrainJob("grow", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 1)
+	tj.Spec.Trainer.Image = ptr.To(testenv.TorchImage)
+	tj.Spec.Trainer.Command = []string{"python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "/elastic.py"}
+	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GROW_TO", Value: "2"}}
+	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi"),
+	}}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	explainOnFailure(t, tj)
+
+	// Training at world size 1: the first pod hosts the rendezvous and trains alone.
+	var first types.UID
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for name, log := range logsOf(t, tj) {
+			if strings.Contains(log, "rank 0 of 1: step 1: all-reduce gave 1, want 1") {
+				first = podUID(c, ns, name)
+				return
+			}
+		}
+		assert.Fail(c, "no step at world size 1 yet")
+	}, realPolling.Timeout, realPolling.Interval)
+
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`))
+	require.NoError(t, k8sClient.SubResource("scale").Patch(ctx, tj, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})))
+
+	// Both nodes train at world size 2 (read while they run: the Job removes the second pod once
+	// the first succeeded, as its success policy says for a run of minNodes 1).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		logs := logsOf(t, tj)
+		assert.Len(c, logs, 2, "pods")
+		for name, log := range logs {
+			assert.Regexp(c, `rank \d of 2: step 1: all-reduce gave 3, want 3`, log, "pod %s", name)
+			if podUID(c, ns, name) == first {
+				assert.Contains(c, log, "rank 0 of 1: step 1: all-reduce gave 1, want 1", "pod %s", name)
+			}
+		}
+	}, realPolling.Timeout, realPolling.Interval)
+	got := utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+	assert.Equal(t, int32(2), got.Status.Nodes)
+	for _, p := range pods(t, tj) {
+		if p.UID == first {
+			for _, s := range p.Status.ContainerStatuses {
+				assert.Zero(t, s.RestartCount, "the first pod's container restarted: torchrun should restart its workers only")
+			}
+		}
+	}
+}
+
+// podUID is the UID of a pod of the namespace.
+func podUID(t require.TestingT, ns, name string) types.UID {
+	p := &corev1.Pod{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p))
+	return p.UID
 }

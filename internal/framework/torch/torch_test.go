@@ -1,6 +1,7 @@
 package torch
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -214,6 +215,13 @@ func TestTorch(t *testing.T) {
 						c.Ports = []corev1.ContainerPort{{Name: "torchrun", ContainerPort: 29400, Protocol: corev1.ProtocolTCP}}
 					}).Obj()
 			},
+		},
+		"an elastic TrainJob's pod names are checked at maxNodes, the size it may grow to": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+				ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](16)},
+			}).Obj(),
+			trainJob: utiltesting.MakeTrainJob(strings.Repeat("a", 48), "ns").NumNodes(1).Obj(),
+			wantErr:  `would get names of 64 characters (such as "` + strings.Repeat("a", 48) + `-node-0-15-abcde")`,
 		},
 		"an elastic TrainJob's numNodes outside the bounds is refused at the field": {
 			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{

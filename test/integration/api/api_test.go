@@ -484,6 +484,7 @@ func TestPrinterColumns(t *testing.T) {
 		{Type: trainer.TrainJobFailed, Status: metav1.ConditionTrue, Reason: "FailedJobs", LastTransitionTime: metav1.Now()},
 	}
 	tj.Status.Restarts = 2
+	tj.Status.Nodes = 3
 	tj.Status.Failure = &trainer.PodFailure{Pod: "printed-node-0-0-x", Reason: "OOMKilled", Attempt: 2, Time: metav1.Now()}
 	require.NoError(t, k8sClient.Status().Update(ctx, tj))
 
@@ -493,8 +494,8 @@ func TestPrinterColumns(t *testing.T) {
 	}{
 		"trainjobs": {
 			resource: "trainjobs",
-			want: map[string]any{"Name": "printed", "State": "Failed", "Runtime": "torch", "Nodes": float64(4),
-				"Restarts": float64(2), "Reason": "OOMKilled"},
+			want: map[string]any{"Name": "printed", "State": "Failed", "Runtime": "torch", "Nodes": float64(3),
+				"Desired": float64(4), "Restarts": float64(2), "Reason": "OOMKilled"},
 		},
 		"trainingruntimes": {
 			resource: "trainingruntimes",
