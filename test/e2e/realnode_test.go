@@ -54,8 +54,10 @@ func onTheRealNode(w *utiltesting.TrainJobWrapper, framework string, numNodes in
 // logsOf returns the logs of the TrainJob's pods on the real node, by pod name, as the kubelet
 // serves them to `kubectl logs`. A pod deleted meanwhile has none: a finished JobSet deletes its
 // Jobs that still run (MPI's node pods, once the launcher succeeded).
-func logsOf(t *testing.T, tj *trainer.TrainJob) map[string]string {
-	t.Helper()
+func logsOf(t require.TestingT, tj *trainer.TrainJob) map[string]string {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	clientset, err := kubernetes.NewForConfig(cluster.Env.Config)
 	require.NoError(t, err)
 	logs := map[string]string{}

@@ -72,7 +72,7 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 	// Training at world size 1: the first pod hosts the rendezvous and trains alone.
 	var first types.UID
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for name, log := range logsOf(t, tj) {
+		for name, log := range logsOf(c, tj) {
 			if strings.Contains(log, "rank 0 of 1: step 1: all-reduce gave 1, want 1") {
 				first = podUID(c, ns, name)
 				return
@@ -87,7 +87,7 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 	// Both nodes train at world size 2 (read while they run: the Job removes the second pod once
 	// the first succeeded, as its success policy says for a run of minNodes 1).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		logs := logsOf(t, tj)
+		logs := logsOf(c, tj)
 		assert.Len(c, logs, 2, "pods")
 		for name, log := range logs {
 			assert.Regexp(c, `rank \d of 2: step 1: all-reduce gave 3, want 3`, log, "pod %s", name)

@@ -63,19 +63,19 @@ func TestUpdates(t *testing.T) {
 			change: func(tj *trainer.TrainJob) {
 				tj.Spec.ProgressDeadlineSeconds, tj.Spec.Trainer = ptr.To[int32](60), &trainer.Trainer{Image: ptr.To("other")}
 			},
-			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished, spec.progressDeadlineSeconds and, when its runtime is elastic, spec.trainer.numNodes may change while the TrainJob runs",
 		},
 		"a running TrainJob cannot change its image": {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{Image: ptr.To("other")} },
-			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs: suspend it first",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished, spec.progressDeadlineSeconds and, when its runtime is elastic, spec.trainer.numNodes may change while the TrainJob runs: suspend it first",
 		},
 		"a running TrainJob cannot get overrides": {
 			change:  nodeSelector,
-			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished, spec.progressDeadlineSeconds and, when its runtime is elastic, spec.trainer.numNodes may change while the TrainJob runs",
 		},
 		"a running TrainJob cannot change its labels for the JobSet": {
 			change:  func(tj *trainer.TrainJob) { tj.Spec.Labels = map[string]string{"team": "a"} },
-			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished and spec.progressDeadlineSeconds may change while the TrainJob runs",
+			wantErr: "spec: Forbidden: only spec.suspend, spec.ttlSecondsAfterFinished, spec.progressDeadlineSeconds and, when its runtime is elastic, spec.trainer.numNodes may change while the TrainJob runs",
 		},
 		"a suspended TrainJob can get the overrides Kueue adds": {
 			suspended: true,
