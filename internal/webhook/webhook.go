@@ -234,7 +234,8 @@ func nodes(tj *trainer.TrainJob) int32 {
 // checkResize refuses to resize a running elastic TrainJob that is finished, or that Kueue
 // admitted: Kueue v0.17 counts a TrainJob's pods from spec.trainer.numNodes and, when the count
 // changes, evicts the running TrainJob and queues it again at the new size (its workload slices
-// do not serve TrainJobs). Resizing it while suspended is queueing it again at the new size.
+// do not serve TrainJobs). Suspending it and resizing it in one update queues it again at the new
+// size.
 func checkResize(old *trainer.TrainJob) error {
 	path := framework.TrainerPath.Child("numNodes")
 	if finished(old) {
@@ -242,7 +243,7 @@ func checkResize(old *trainer.TrainJob) error {
 	}
 	if queue, queued := old.Labels[trainer.KueueQueueLabel]; queued {
 		return field.Forbidden(path, fmt.Sprintf(
-			"the TrainJob is admitted by Kueue (queue %q) at %d nodes, and Kueue stops a running TrainJob whose size changes and queues it again: suspend it, change numNodes and resume it, to be admitted again at the new size",
+			"the TrainJob is admitted by Kueue (queue %q) at %d nodes, and Kueue stops a running TrainJob whose size changes and queues it again: set spec.suspend to true and the new numNodes in one update (Kueue resumes an admitted TrainJob that is only suspended), and Kueue admits it again at the new size",
 			queue, nodes(old)))
 	}
 	return nil

@@ -129,3 +129,40 @@ func TestAnAutoscalerNeverOutlivesItsTrainJob(t *testing.T) {
 		assert.True(c, apierrors.IsNotFound(err), "the autoscaler outlived its TrainJob: %v", err)
 	}, timeout, interval)
 }
+
+// TestKueueAdmitsAnElasticTrainJobAtItsSize: under the real Kueue, an elastic TrainJob of 1 to 3
+// nodes is admitted at its size (admission writes maxNodes into numNodes, which Kueue counts);
+// while admitted, kubectl scale is refused with the reason (Kueue would stop it and queue it
+// again); suspended and resized in one update, as the refusal says, it is admitted again by Kueue
+// at the new size, on which it runs.
+func TestKueueAdmitsAnElasticTrainJobAtItsSize(t *testing.T) {
+	ns := newNamespace(t)
+	kueueQueue(t, ns, 3, "1", "3")
+	job := nodeJob("1")
+	job.Template.Labels = job.Template.Spec.Template.Labels // where Kueue's pod counting looks
+	job.Template.Spec.Template.Labels = nil
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).
+		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](3)}}).Obj())
+	tj := createTrainJob(t, ns, "queued", "elastic", func(w *utiltesting.TrainJobWrapper) {
+		w.Labels = map[string]string{queueLabel: "queue"}
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, map[string]int64{"node": 3}, workloadPodCounts(c, tj))
+	}, timeout, interval, "Kueue counts the elastic TrainJob's size")
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, "3/3", tj.Status.Ready) })
+
+	out, err := kubectl(t, "scale", "trainjob/queued", "-n", ns, "--replicas", "2")
+	require.Error(t, err)
+	assert.Contains(t, out, `the TrainJob is admitted by Kueue (queue "queue") at 3 nodes, and Kueue stops a running TrainJob whose size changes and queues it again`)
+
+	out, err = kubectl(t, "patch", "trainjob/queued", "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":true,"trainer":{"numNodes":2}}}`)
+	require.NoError(t, err, out)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, map[string]int64{"node": 2}, workloadPodCounts(c, tj))
+	}, timeout, interval, "Kueue admits it again at its new size")
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, "2/2", tj.Status.Ready)
+		assert.Equal(c, int32(2), tj.Status.Nodes)
+	})
+}

@@ -129,7 +129,7 @@ func TestAQueuedElasticTrainJobKeepsItsAdmittedSize(t *testing.T) {
 	})
 	err := scale(tj, 2)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `spec.trainer.numNodes: Forbidden: the TrainJob is admitted by Kueue (queue "team-a") at 3 nodes, and Kueue stops a running TrainJob whose size changes and queues it again: suspend it, change numNodes and resume it`)
+	assert.Contains(t, err.Error(), `spec.trainer.numNodes: Forbidden: the TrainJob is admitted by Kueue (queue "team-a") at 3 nodes, and Kueue stops a running TrainJob whose size changes and queues it again: set spec.suspend to true and the new numNodes in one update`)
 	assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &autoscalingv2.HorizontalPodAutoscaler{})), "a queued TrainJob got an autoscaler")
 
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), tj))
