@@ -64,6 +64,7 @@ func TestAnElasticTrainJobScalesInPlace(t *testing.T) {
 	tj := createTrainJob(t, ns, "grow", "elastic", func(w *utiltesting.TrainJobWrapper) {
 		w.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
 	})
+	explainOnFailure(t, tj)
 	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, "3/3", tj.Status.Ready) })
 	first := runningByIndex(t, tj)["0"]
 	require.NotEmpty(t, first)

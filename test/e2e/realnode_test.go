@@ -102,6 +102,9 @@ func explainOnFailure(t *testing.T, tj *trainer.TrainJob) {
 		if !t.Failed() {
 			return
 		}
+		if got := (&trainer.TrainJob{}); k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got) == nil {
+			t.Logf("TrainJob %s: spec.trainer %+v; status %+v", tj.Name, got.Spec.Trainer, got.Status)
+		}
 		clientset, err := kubernetes.NewForConfig(cluster.Env.Config)
 		if err != nil {
 			return
@@ -159,7 +162,7 @@ func TestElasticTorchMeetsAtTheC10dEndpoint(t *testing.T) {
 	_, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
 	require.Len(t, logs, 2)
 	for name, log := range logs {
-		assert.Regexp(t, `rank [01] of 2 met at elastic-node-0-0\.elastic:29400: met`, log, "pod %s", name)
+		assert.Regexp(t, `rank [01] of 2 met at elastic-node-0-0\.elastic\.`+ns+`\.svc\.cluster\.local:29400: met`, log, "pod %s", name)
 	}
 }
 
