@@ -104,7 +104,7 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	switch {
 	case err == nil && !ours(pg, tj):
 		return ctrl.Result{}, notOurs(r.client, pg)
-	case err == nil && framework.Built(pg, tj):
+	case err == nil && framework.Built(pg, tj, rt.Spec.MLPolicy):
 		return ctrl.Result{}, nil
 	case err == nil:
 		js := &jobsetv1alpha2.JobSet{}

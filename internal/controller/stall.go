@@ -146,7 +146,7 @@ func stallRestartsOf(js *jobsetv1alpha2.JobSet) int32 {
 // restart).
 func restartingForStall(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
 	return js != nil && ptr.Deref(js.Spec.Suspend, false) && !ptr.Deref(tj.Spec.Suspend, false) &&
-		stallRestartsOf(js) == tj.Status.StallRestarts+1 && framework.Built(js, tj)
+		stallRestartsOf(js) == tj.Status.StallRestarts+1 && framework.Built(js, tj, framework.SnapshotPolicy(tj))
 }
 
 // jobsStopped reports whether JobSet counts no Job with a pod that runs or is ready: after its

@@ -241,7 +241,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		}
 		log.Info("The TrainJob was suspended, changed and resumed unseen: suspended its JobSet to build it again", "jobSet", klog.KObj(js))
 		return ctrl.Result{}, nil
-	case js == nil || (jobSetWasSuspended && !framework.Built(js, tj)):
+	case js == nil || (jobSetWasSuspended && !framework.Built(js, tj, policyOf(rt, tj))):
 		if rt == nil {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
@@ -378,7 +378,16 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 // then stopped and built again, as the suspension and resume would have done.
 func changedUnseen(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) bool {
 	observed := observedGeneration(tj)
-	return observed > 0 && tj.Generation-observed >= 2 && !framework.Built(js, tj)
+	return observed > 0 && tj.Generation-observed >= 2 && !framework.Built(js, tj, framework.SnapshotPolicy(tj))
+}
+
+// policyOf is the ML policy of the TrainJob's runtime: rt's, else (its runtime gone) the one its
+// snapshot records.
+func policyOf(rt *trainingruntime.Runtime, tj *trainer.TrainJob) *trainer.MLPolicy {
+	if rt != nil {
+		return rt.Spec.MLPolicy
+	}
+	return framework.SnapshotPolicy(tj)
 }
 
 // setNotOurs says that the TrainJob waits for an object of a child's name that is not its own.
@@ -411,7 +420,7 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 		return false, nil
 	}
 	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), pg); {
-	case err == nil && ours(pg, tj) && framework.Built(pg, tj):
+	case err == nil && ours(pg, tj) && framework.Built(pg, tj, rt.Spec.MLPolicy):
 		return false, nil
 	case err == nil, apierrors.IsNotFound(err):
 		if report, ok := r.gangReports.get(tj); ok {

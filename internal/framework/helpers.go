@@ -221,27 +221,36 @@ func BuiltFrom(spec *trainer.TrainJobSpec, elastic bool) *trainer.TrainJobSpec {
 	return s
 }
 
-// Built reports whether a child was built from the TrainJob's spec as it is now.
-func Built(child metav1.Object, tj *trainer.TrainJob) bool {
-	return child.GetAnnotations()[SpecHashAnnotation] == SpecHash(tj)
+// Built reports whether a child was built from the TrainJob's spec as it is now, under a runtime
+// of ML policy p.
+func Built(child metav1.Object, tj *trainer.TrainJob, p *trainer.MLPolicy) bool {
+	return child.GetAnnotations()[SpecHashAnnotation] == SpecHash(tj, p)
 }
 
 // SpecHash is a digest of everything in a TrainJob's spec that its JobSet is built from
-// (BuiltFrom).
-func SpecHash(tj *trainer.TrainJob) string {
-	data, _ := json.Marshal(BuiltFrom(&tj.Spec, Elastic(tj) != nil)) // A spec always encodes: it was decoded from JSON.
+// (BuiltFrom), under a runtime of ML policy p: the runtime's, not the TrainJob's status, says
+// whether it is elastic, so that the JobSet's and the PodGroup's hashes agree whenever either is
+// built, before or after the runtime's snapshot is recorded.
+func SpecHash(tj *trainer.TrainJob, p *trainer.MLPolicy) string {
+	data, _ := json.Marshal(BuiltFrom(&tj.Spec, ElasticPolicy(p) != nil)) // A spec always encodes: it was decoded from JSON.
 	sum := fnv.New64a()
 	_, _ = sum.Write(data)
 	return strconv.FormatUint(sum.Sum64(), 36)
 }
 
-// Elastic is the torch elastic policy of the runtime a TrainJob was built from, as its
-// status.runtimeSnapshot records it; nil when the TrainJob is not elastic, or not built yet.
-func Elastic(tj *trainer.TrainJob) *trainer.TorchElasticPolicy {
+// SnapshotPolicy is the ML policy of the runtime a TrainJob is built from, as its
+// status.runtimeSnapshot records it; nil before it is first built.
+func SnapshotPolicy(tj *trainer.TrainJob) *trainer.MLPolicy {
 	if s := tj.Status.RuntimeSnapshot; s != nil {
-		return ElasticPolicy(s.MLPolicy)
+		return s.MLPolicy
 	}
 	return nil
+}
+
+// Elastic is the torch elastic policy of the runtime a TrainJob is built from
+// (SnapshotPolicy); nil when the TrainJob is not elastic, or not built yet.
+func Elastic(tj *trainer.TrainJob) *trainer.TorchElasticPolicy {
+	return ElasticPolicy(SnapshotPolicy(tj))
 }
 
 // ElasticPolicy is an ML policy's torch elastic policy, or nil.

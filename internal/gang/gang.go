@@ -94,7 +94,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	if policy.Coscheduling != nil {
 		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
 			WithLabels(b.Labels()).
-			WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj)}).
+			WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
 			WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 			WithSpec(schedulerpluginsac.PodGroupSpec().
 				WithMinMember(members).
@@ -124,7 +124,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	}
 	pg := volcanoac.PodGroup(tj.Name, tj.Namespace).
 		WithLabels(b.Labels()).
-		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj)}).
+		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 		WithSpec(spec)
 	// Volcano's generated apply configurations predate the methods controller-runtime's Apply

@@ -176,7 +176,7 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{
 					Name: "tj", Namespace: "ns",
 					Labels:          map[string]string{trainer.TrainJobNameLabel: "tj"},
-					Annotations:     map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tc.trainJob)},
+					Annotations:     map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tc.trainJob, spec.MLPolicy)},
 					OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tc.trainJob)},
 				},
 				Spec: schedulerpluginsv1alpha1.PodGroupSpec{

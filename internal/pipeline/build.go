@@ -99,7 +99,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	if err != nil {
 		return nil, err
 	}
-	js, err := toApplyConfiguration(tj, b.JobSet)
+	js, err := toApplyConfiguration(tj, b.JobSet, rt.Spec.MLPolicy)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func numNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) int32 {
 // owner, carries spec.suspend over, and converts it to an apply configuration. The conversion
 // goes through JSON, which both types share; status is dropped, as it belongs to JobSet's
 // controller.
-func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*jobsetac.JobSetApplyConfiguration, error) {
+func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *trainer.MLPolicy) (*jobsetac.JobSetApplyConfiguration, error) {
 	js.Spec.Suspend = ptr.To(ptr.Deref(tj.Spec.Suspend, false))
 	spec, err := json.Marshal(js.Spec)
 	if err != nil {
@@ -136,7 +136,7 @@ func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*job
 		WithLabels(js.Labels).
 		WithAnnotations(js.Annotations).
 		WithAnnotations(map[string]string{
-			framework.SpecHashAnnotation:     framework.SpecHash(tj),
+			framework.SpecHashAnnotation:     framework.SpecHash(tj, p),
 			framework.TrainingPodsAnnotation: framework.TrainingPods(js),
 			framework.TrainerJobAnnotation:   framework.TrainerJobName(js),
 		}).

@@ -39,7 +39,7 @@ func MakeJobSet(tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec) *JobSetW
 	if w.JobSet.Annotations == nil {
 		w.JobSet.Annotations = map[string]string{}
 	}
-	w.JobSet.Annotations[framework.SpecHashAnnotation] = framework.SpecHash(tj)
+	w.JobSet.Annotations[framework.SpecHashAnnotation] = framework.SpecHash(tj, spec.MLPolicy)
 	w.Spec.Suspend = ptr.To(false)
 	for i := range w.Spec.ReplicatedJobs {
 		job := &w.Spec.ReplicatedJobs[i]

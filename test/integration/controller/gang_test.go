@@ -350,3 +350,23 @@ func TestAPodGroupStrippedOfItsMetadataIsStillTheTrainJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestAnElasticGangStarts: an elastic TrainJob of a gang, with its size set (as admission sets
+// it). The gang controller may build the PodGroup before the TrainJob's runtime snapshot is
+// recorded, and the TrainJob controller after: both must agree that the PodGroup was built from
+// the TrainJob as it is (an elastic TrainJob's size is no part of it), or the JobSet waits for a
+// PodGroup that is never rebuilt.
+func TestAnElasticGangStarts(t *testing.T) {
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}}, func(spec *trainer.TrainingRuntimeSpec) {
+		spec.MLPolicy.NumNodes = nil
+		spec.MLPolicy.Torch.ElasticPolicy = &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](3)}
+	})
+	tj := utiltesting.MakeTrainJob("elastic", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").NumNodes(2).Obj()
+	require.NoError(t, k8sClient.Create(context.Background(), tj))
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	assert.Equal(t, ptr.To[int32](2), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	pg := &schedulerpluginsv1alpha1.PodGroup{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), pg))
+	assert.Equal(t, int32(1), pg.Spec.MinMember, "an elastic gang is sized for minNodes")
+}
