@@ -6,6 +6,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -62,12 +63,17 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 	tj := onTheRealNode(utiltesting.MakeTrainJob("grow", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), "torch", 1)
 	tj.Spec.Trainer.Image = ptr.To(testenv.TorchImage)
 	tj.Spec.Trainer.Command = []string{"python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "/elastic.py"}
-	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GROW_TO", Value: "2"}}
+	// LOGLEVEL=INFO: torchrun's agent says when it sees a new node and restarts its workers.
+	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GROW_TO", Value: "2"}, {Name: "LOGLEVEL", Value: "INFO"}}
 	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi"),
 	}}
 	require.NoError(t, k8sClient.Create(ctx, tj))
 	explainOnFailure(t, tj)
+
+	// torch's import, and a rendezvous that waits 30 s for more nodes once it has minNodes, take
+	// a minute or two on a busy machine of 2 cores.
+	polling := utiltesting.Polling{Timeout: 5 * time.Minute, Interval: 2 * time.Second}
 
 	// Training at world size 1: the first pod hosts the rendezvous and trains alone.
 	var first types.UID
@@ -79,7 +85,7 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 			}
 		}
 		assert.Fail(c, "no step at world size 1 yet")
-	}, realPolling.Timeout, realPolling.Interval)
+	}, polling.Timeout, polling.Interval)
 
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`))
 	require.NoError(t, k8sClient.SubResource("scale").Patch(ctx, tj, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})))
@@ -93,10 +99,11 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 			assert.Regexp(c, `rank \d of 2: step 1: all-reduce gave 3, want 3`, log, "pod %s", name)
 			if podUID(c, ns, name) == first {
 				assert.Contains(c, log, "rank 0 of 1: step 1: all-reduce gave 1, want 1", "pod %s", name)
+				assert.Contains(c, log, "new nodes from group_rank=0; will restart worker group", "pod %s", name)
 			}
 		}
-	}, realPolling.Timeout, realPolling.Interval)
-	got := utiltesting.WaitFor(t, k8sClient, realPolling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
+	}, polling.Timeout, polling.Interval)
+	got := utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
 	assert.Equal(t, int32(2), got.Status.Nodes)
 	for _, p := range pods(t, tj) {
 		if p.UID == first {
