@@ -24,6 +24,7 @@ KWOK_VERSION ?= v0.8.0
 JOBSET_VERSION ?= v0.12.0
 SCHEDULER_PLUGINS_VERSION ?= v0.34.7
 KUEUE_VERSION ?= v0.17.0
+METRICS_SERVER_VERSION ?= v0.8.0
 HELM_VERSION ?= v3.22.0
 ## The Kubernetes version helm assumes when it renders without a cluster (`helm template`,
 ## .Capabilities.KubeVersion): its client-go's, v0.37 for helm v3.22, as its own release build stamps.
@@ -49,6 +50,7 @@ COREDNS ?= $(LOCALBIN)/coredns
 IMAGES_TOOL ?= $(LOCALBIN)/image-archive
 IMAGES_DIR ?= $(LOCALBIN)/images
 KUEUE ?= $(LOCALBIN)/kueue
+METRICS_SERVER ?= $(LOCALBIN)/metrics-server
 # Folder for KUBEBUILDER_ASSETS: etcd, kube-apiserver and kubectl side by side.
 ENVTEST_ASSETS ?= $(LOCALBIN)
 
@@ -58,7 +60,7 @@ $(LOCALBIN):
 ##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
 
 .PHONY: controller-gen kustomize helm etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
-.PHONY: jobset-controller scheduler-plugins kwok kueue
+.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
 kustomize: $(KUSTOMIZE) ## Build kustomize.
 helm: $(HELM) ## Build helm (the chart's checks and e2e install).
@@ -70,8 +72,9 @@ jobset-controller: $(JOBSET_CONTROLLER) ## Build the JobSet controller (local cl
 scheduler-plugins: $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) ## Build the scheduler-plugins scheduler and controller (local cluster).
 kwok: $(KWOK) ## Build KWOK (local cluster).
 kueue: $(KUEUE) ## Build Kueue (local cluster).
+metrics-server: $(METRICS_SERVER) ## Build metrics-server (local cluster: metrics.k8s.io for the HPA and kubectl top).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
-localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) $(KUEUE) ## Build every program of the local cluster (make run, make test-e2e).
+localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) $(KUEUE) $(METRICS_SERVER) ## Build every program of the local cluster (make run, make test-e2e).
 kubelet: $(KUBELET) ## Build kubelet (the local cluster's real node).
 coredns: $(COREDNS) ## Build CoreDNS (the local cluster's DNS with a real node).
 realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node, make test-e2e).
@@ -173,6 +176,14 @@ $(KUEUE): export GONOSUMDB = sigs.k8s.io/kueue,github.com/kubeflow
 $(KUEUE): $(KUEUE_MOD)/go.mod $(KUEUE_MOD)/go.sum | $(LOCALBIN)
 	$(call check-mod-version,$(KUEUE_MOD),sigs.k8s.io/kueue,$(KUEUE_VERSION))
 	$(call go-build-programs,$(KUEUE_MOD),-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(KUEUE_VERSION),kueue=sigs.k8s.io/kueue/cmd/kueue)
+
+## metrics-server needs Kubernetes 1.33 (k8s.io/* v0.33.2 in its go.mod, no replace directives).
+## Stamped as its own release build is: client-go's version is metrics-server's.
+METRICS_SERVER_MOD := $(TOOLS_MOD_DIR)/metrics-server
+$(METRICS_SERVER): $(METRICS_SERVER_MOD)/go.mod $(METRICS_SERVER_MOD)/go.sum | $(LOCALBIN)
+	$(call check-mod-version,$(METRICS_SERVER_MOD),sigs.k8s.io/metrics-server,$(METRICS_SERVER_VERSION))
+	$(call go-build-programs,$(METRICS_SERVER_MOD),-s -w -X k8s.io/client-go/pkg/version.gitVersion=$(METRICS_SERVER_VERSION),\
+	  metrics-server=sigs.k8s.io/metrics-server/cmd/metrics-server)
 
 ## CoreDNS with the plugins the real node's pods need (hack/tools/coredns/main.go).
 COREDNS_MOD := $(TOOLS_MOD_DIR)/coredns

@@ -1,7 +1,7 @@
 // Command localcluster starts a local cluster on loopback (see testenv.WithLocalCluster: etcd,
 // kube-apiserver, kube-controller-manager, the scheduler-plugins scheduler with Coscheduling and
-// its PodGroup controller, the JobSet controller with its webhooks, and KWOK faking nodes and
-// their pods), with the operator's CRDs and webhook configurations. It runs the command after
+// its PodGroup controller, the JobSet controller with its webhooks, KWOK faking nodes and their
+// pods, and metrics-server), with the operator's CRDs and webhook configurations. It runs the command after
 // "--" (the manager) against it in the foreground, serving the webhooks on loopback, and then
 // applies the kustomizations given with -install. Ctrl-C stops the command, then the cluster,
 // and removes the state.
@@ -53,6 +53,13 @@ func run() error {
 	flag.BoolVar(&local.RealNode, "real-node", false, "Add a real node, whose pods run real processes (needs root; make realnode-assets).")
 	flag.DurationVar(&local.PodRunTime, "pod-run-time", local.PodRunTime,
 		"How long a pod of a Job runs before it succeeds (the pod annotation "+testenv.RunForAnnotation+" overrides it).")
+	flag.DurationVar(&local.HPASyncPeriod, "hpa-sync-period", local.HPASyncPeriod,
+		"How often the HorizontalPodAutoscaler controller looks at each HPA (0: kube-controller-manager's default, 15s).")
+	flag.DurationVar(&local.HPADownscaleStabilization, "hpa-downscale-stabilization", local.HPADownscaleStabilization,
+		"How long an HPA waits before it scales down (0: kube-controller-manager's default, 5m).")
+	flag.DurationVar(&local.MetricResolution, "metric-resolution", local.MetricResolution,
+		"How often metrics-server scrapes the nodes (at least 10s). A fake node's pod uses the CPU and memory of its annotations "+
+			testenv.UsageCPUAnnotation+" and "+testenv.UsageMemoryAnnotation+".")
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {
 		install = append(install, dir)
 		return nil
@@ -119,7 +126,7 @@ func run() error {
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
 Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler, Kueue,
-and the operator's webhooks (served at %s).%s
+metrics-server, and the operator's webhooks (served at %s).%s
   kubeconfig: %s
   logs of the cluster's programs: %s
 Try, in another terminal:
@@ -127,9 +134,10 @@ Try, in another terminal:
   %s apply --server-side -f config/samples/trainer_v1alpha1_trainjob_torch.yaml
   %s get trainjobs,jobsets,jobs,pods,podgroups -w
   %s explain trainjob.spec.trainer
+  %s top pods -A   # a fake node's pod uses what its annotation %s says (1m without it)
 %s
 `, time.Since(started).Seconds(), env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl,
-		realNode(cluster, kubectl))
+		kubectl, testenv.UsageCPUAnnotation, realNode(cluster, kubectl))
 
 	select {
 	case err := <-done:

@@ -56,6 +56,8 @@ type Cluster struct {
 	cleanup  []func()
 	// nodes counts the fake nodes added, to give each its own address.
 	nodes int
+	// kwokAddr is where KWOK serves the fake nodes' resource metrics, on loopback.
+	kwokAddr string
 }
 
 // Start starts an environment made by New with opts. With WithLocalCluster, it is a whole local
@@ -88,6 +90,14 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	// A node's address, not its host name, which resolves nowhere here: for `kubectl logs` and
 	// `exec`, the API server calls the real node's kubelet there.
 	apiServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	if s.local != nil {
+		// The aggregator's client certificate, for metrics.k8s.io (metrics-server).
+		if err := configureFrontProxy(filepath.Join(c.Dir, "front-proxy"), func(name, value string) {
+			apiServer.Configure().Set(name, value)
+		}); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w (the cluster's folder is kept: %s)", err, c.Dir)

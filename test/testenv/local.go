@@ -50,15 +50,31 @@ type LocalOptions struct {
 	// RealNodeImages are more image archives of bin/images for the real node to load, beside
 	// the probe, pause and MPI images: "torch.tar" (make images-torch).
 	RealNodeImages []string
+	// HPASyncPeriod is how often kube-controller-manager's HorizontalPodAutoscaler controller
+	// looks at each HPA (--horizontal-pod-autoscaler-sync-period); zero is its default, 15 s.
+	HPASyncPeriod time.Duration
+	// HPADownscaleStabilization is how long the HPA controller waits, after the last
+	// recommendation of a larger size, before it scales down
+	// (--horizontal-pod-autoscaler-downscale-stabilization); zero is its default, 5 minutes. An
+	// HPA's spec.behavior overrides it.
+	HPADownscaleStabilization time.Duration
+	// MetricResolution is how often metrics-server scrapes the nodes' resource metrics
+	// (--metric-resolution, at least 10 s); zero is DefaultMetricResolution. See metrics.go.
+	MetricResolution time.Duration
 }
 
 // DefaultLocalOptions fit every shipped runtime and sample: 4 nodes of 16 CPUs, 64Gi of memory
-// and 4 GPUs, and pods that run for 3 seconds.
+// and 4 GPUs, and pods that run for 3 seconds. An HPA acts within seconds: it looks every 5 s and
+// scales down 15 s after it last wanted more, where a production cluster's defaults (15 s and 5
+// minutes) would make a test wait for minutes.
 func DefaultLocalOptions() LocalOptions {
 	return LocalOptions{
-		Nodes:        4,
-		NodeCapacity: NodeCapacity("16", "64Gi", "4"),
-		PodRunTime:   3 * time.Second,
+		Nodes:                     4,
+		NodeCapacity:              NodeCapacity("16", "64Gi", "4"),
+		PodRunTime:                3 * time.Second,
+		HPASyncPeriod:             5 * time.Second,
+		HPADownscaleStabilization: 15 * time.Second,
+		MetricResolution:          DefaultMetricResolution,
 	}
 }
 
@@ -81,7 +97,11 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 //   - the JobSet controller, serving its own admission webhooks on loopback,
 //   - Kueue, with its TrainJob integration and its webhooks for Kueue's objects and TrainJobs,
 //   - KWOK, faking o.Nodes nodes and the lifecycle of their pods: a pod of a Job runs for
-//     o.PodRunTime, then succeeds (see FailAnnotation and RunForAnnotation).
+//     o.PodRunTime, then succeeds (see FailAnnotation and RunForAnnotation). KWOK also serves the
+//     fake nodes' resource metrics: a pod uses what its UsageCPUAnnotation and
+//     UsageMemoryAnnotation say,
+//   - metrics-server, serving metrics.k8s.io (pods' and nodes' CPU and memory) through the API
+//     server's aggregator to the HorizontalPodAutoscaler controller and `kubectl top`.
 //
 // Every program comes from the assets folder (`make localcluster-assets` builds them into bin/)
 // and logs to a file in LogDir.
@@ -98,15 +118,22 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := c.run("kube-controller-manager", nil,
-		"--kubeconfig="+kubeconfig,
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
 		// Nodes are KWOK's, with no kubelet to report their health, cloud or IP ranges.
 		"--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller",
-		"--service-account-private-key-file="+filepath.Join(c.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
+		"--service-account-private-key-file=" + filepath.Join(c.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
 		"--leader-elect=false", "--secure-port=0",
 		// The defaults suit a cluster of thousands of nodes, not a test's bursts of Jobs.
 		"--kube-api-qps=500", "--kube-api-burst=500", "--concurrent-job-syncs=20", "-v=1",
-	); err != nil {
+	}
+	if o.HPASyncPeriod > 0 {
+		args = append(args, "--horizontal-pod-autoscaler-sync-period="+o.HPASyncPeriod.String())
+	}
+	if o.HPADownscaleStabilization > 0 {
+		args = append(args, "--horizontal-pod-autoscaler-downscale-stabilization="+o.HPADownscaleStabilization.String())
+	}
+	if err := c.run("kube-controller-manager", nil, args...); err != nil {
 		return err
 	}
 
@@ -149,11 +176,18 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		return err
 	}
 	config = filepath.Join(c.Dir, "kwok.yaml")
-	if err := os.WriteFile(config, []byte(kwokStages(o.PodRunTime)), 0o600); err != nil {
+	metrics, err := kwokMetricsConfig()
+	if err != nil {
 		return err
 	}
-	if err := c.run("kwok", nil, "--kubeconfig="+kubeconfig, "--config="+config,
-		"--manage-nodes-with-label-selector="+NodeLabel+"=kwok"); err != nil {
+	if err := os.WriteFile(config, []byte(kwokStages(o.PodRunTime)+"---\n"+metrics), 0o600); err != nil {
+		return err
+	}
+	if c.kwokAddr, err = FreeAddr(); err != nil {
+		return err
+	}
+	if err := c.run("kwok", nil, append([]string{"--kubeconfig=" + kubeconfig, "--config=" + config,
+		"--manage-nodes-with-label-selector=" + NodeLabel + "=kwok"}, kwokServerFlags(c.kwokAddr)...)...); err != nil {
 		return err
 	}
 	for i := range o.Nodes {
@@ -166,6 +200,10 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		if err := c.startRealNode(context.Background(), o.RealNodeImages); err != nil {
 			return fmt.Errorf("starting the real node: %w", err)
 		}
+	}
+
+	if err := c.startMetricsServer(context.Background(), o.MetricResolution); err != nil {
+		return err
 	}
 
 	// The service-account controller makes every namespace's "default" ServiceAccount: once
@@ -181,6 +219,8 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name,
+			// Where metrics-server finds the node's resource metrics on KWOK's server.
+			Annotations: map[string]string{resourceMetricsPathAnnotation: kwokMetricsPath(name)},
 			Labels: map[string]string{
 				NodeLabel:              "kwok",
 				corev1.LabelHostname:   name,
@@ -193,8 +233,12 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 			Allocatable: capacity,
 			Addresses: []corev1.NodeAddress{
 				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.255.%d.%d", c.nodes/250, c.nodes%250+1)},
+				// KWOK's server, which metrics-server scrapes (it prefers ExternalIP): the
+				// InternalIP is each node's own and reaches nothing.
+				{Type: corev1.NodeExternalIP, Address: "127.0.0.1"},
 				{Type: corev1.NodeHostName, Address: name},
 			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kwokPort(c.kwokAddr)}},
 		},
 	}
 	c.nodes++
