@@ -92,8 +92,9 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 
 	// Both nodes train at world size 2 (read while they run: the Job removes the second pod once
 	// the first succeeded, as its success policy says for a run of minNodes 1).
+	var logs map[string]string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		logs := logsOf(c, tj)
+		logs = logsOf(c, tj)
 		assert.Len(c, logs, 2, "pods")
 		for name, log := range logs {
 			assert.Regexp(c, `rank \d of 2: step 1: all-reduce gave 3, want 3`, log, "pod %s", name)
@@ -103,6 +104,13 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 			}
 		}
 	}, polling.Timeout, polling.Interval)
+	for name, log := range logs {
+		for line := range strings.SplitSeq(log, "\n") {
+			if strings.Contains(line, ": step ") || strings.Contains(line, "new nodes") {
+				t.Logf("%s: %s", name, line)
+			}
+		}
+	}
 	got := utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, isTrue(trainer.TrainJobComplete))
 	assert.Equal(t, int32(2), got.Status.Nodes)
 	for _, p := range pods(t, tj) {
