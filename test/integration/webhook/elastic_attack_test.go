@@ -1,0 +1,265 @@
+package webhook
+
+// Hostile review of #28 (elastic TrainJobs): each test shows something that breaks, and fails
+// until it is fixed. Run one with
+//   KUBEBUILDER_ASSETS=$PWD/bin go test ./test/integration/webhook/ -run TestAttack -count=1
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetfeatures "sigs.k8s.io/jobset/pkg/features"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// runningElastic creates an elastic TrainJob (runtime of 1 to 3 nodes) and waits until its JobSet
+// runs at 3 nodes and its status says so.
+func runningElastic(t *testing.T, ns, name string, metrics ...autoscalingv2.MetricSpec) (*trainer.TrainJob, client.ObjectKey) {
+	t.Helper()
+	ctx := context.Background()
+	elasticRuntime(t, ns, name+"-rt", metrics...)
+	tj := utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.TrainingRuntimeKind, name+"-rt").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	key := client.ObjectKeyFromObject(tj)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &jobsetv1alpha2.JobSet{}, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, &batchJobSpec{3, 3}, trainerJob(js))
+	})
+	return utiltesting.WaitFor(t, k8sClient, polling, key, &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, int32(3), tj.Status.Nodes)
+		assert.NotNil(c, tj.Status.RuntimeSnapshot)
+	}), key
+}
+
+// TestAttackSnapshotDeletedLiftsMaxNodes: the owner of a running elastic TrainJob deletes its
+// runtime snapshot ConfigMap (anyone who may delete ConfigMaps in the namespace can), then scales
+// it far past the runtime's maxNodes. Admission can no longer load the runtime, answers with a
+// warning only, and the controller resizes the JobSet to whatever was asked: the cap an admin set
+// in the runtime (maxNodes 3) is gone, and the pods' names were only checked at maxNodes.
+func TestAttackSnapshotDeletedLiftsMaxNodes(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj, key := runningElastic(t, ns, "capped")
+
+	require.NoError(t, k8sClient.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tj.Status.RuntimeSnapshot.ConfigMap}}))
+	err := scale(tj, 50)
+	if assert.Error(t, err, "a scale to 50 nodes of a TrainJob whose runtime caps it at 3 was admitted once its snapshot was deleted") {
+		return
+	}
+	time.Sleep(3 * time.Second)
+	js := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, key, js))
+	assert.Equal(t, &batchJobSpec{3, 3}, trainerJob(js), "the JobSet was resized past the runtime's maxNodes")
+}
+
+// TestAttackJobSetWithoutTrainerJobRecordIgnoresTheScale: a JobSet built before this change (or
+// one whose trainer-job annotation someone with JobSet rights removed) has no
+// trainer.kubeflow.org/trainer-job annotation. Admission accepts the scale; the controller finds
+// no record and does nothing, silently: spec.trainer.numNodes says 1, the JobSet keeps 3 pods,
+// no event, no condition.
+func TestAttackJobSetWithoutTrainerJobRecordIgnoresTheScale(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj, key := runningElastic(t, ns, "upgraded")
+
+	js := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, key, js))
+	delete(js.Annotations, "trainer.kubeflow.org/trainer-job") // As the previous release built it.
+	require.NoError(t, k8sClient.Update(ctx, js))
+
+	require.NoError(t, scale(tj, 1), "the scale is admitted")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		js := &jobsetv1alpha2.JobSet{}
+		require.NoError(c, k8sClient.Get(ctx, key, js))
+		resized := assert.ObjectsAreEqual(&batchJobSpec{1, 1}, trainerJob(js))
+		told := false
+		for _, r := range utiltesting.EventReasons(c, k8sClient, tj) {
+			told = told || r == "Warning/ResizeFailed"
+		}
+		assert.True(c, resized || told, "the scale was admitted, but the JobSet was neither resized nor was the user told why")
+	}, 10*time.Second, polling.Interval)
+}
+
+// TestAttackOurAutoscalerUnlabelled: a user removes the operator's label from the TrainJob's own
+// autoscaler (it is theirs to tune: its behavior is the user's). The operator's cache no longer
+// sees it, so it calls its own autoscaler someone else's (a Warning ObjectNotOwned), stops
+// setting its bounds right, and no longer deletes it when the TrainJob is suspended.
+func TestAttackOurAutoscalerUnlabelled(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj, key := runningElastic(t, ns, "unlabelled", cpuTarget)
+	hpa := utiltesting.WaitFor(t, k8sClient, polling, key, &autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
+	require.True(t, metav1.IsControlledBy(hpa, tj))
+
+	hpa.Labels = nil
+	hpa.Spec.MinReplicas = ptr.To[int32](3) // Pins the TrainJob at 3: what the operator sets right.
+	require.NoError(t, k8sClient.Update(ctx, hpa))
+
+	require.NoError(t, k8sClient.Get(ctx, key, tj))
+	tj.Spec.Suspend = ptr.To(true)
+	require.NoError(t, k8sClient.Update(ctx, tj))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, key, &autoscalingv2.HorizontalPodAutoscaler{})),
+			"the TrainJob's own autoscaler, its label removed, outlived the suspension")
+	}, 10*time.Second, polling.Interval)
+	assert.NotContains(t, utiltesting.EventReasons(t, k8sClient, tj), "Warning/ObjectNotOwned",
+		"the operator called the TrainJob's own autoscaler someone else's")
+}
+
+// TestAttackRuntimeMetricsAnHPARefuses: a runtime's elasticPolicy.metrics that the
+// HorizontalPodAutoscaler API refuses (a Resource metric with a Value target: HPAs take only
+// Utilization or AverageValue for resources) is admitted with the runtime and with the
+// TrainJob; the operator then fails to create the autoscaler on every reconcile, and the user is
+// told nothing on the TrainJob: no event, no condition; the error is only in the operator's log.
+func TestAttackRuntimeMetricsAnHPARefuses(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	bad := autoscalingv2.MetricSpec{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+		Name: corev1.ResourceCPU, Target: autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: ptr.To(resource.MustParse("1"))},
+	}}
+	spec := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+		ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](3), Metrics: []autoscalingv2.MetricSpec{bad}},
+	}).Obj()
+	err := k8sClient.Create(ctx, utiltesting.TrainingRuntime("rt-x", ns, spec))
+	if err != nil {
+		t.Logf("refused: %v", err)
+		assert.Contains(t, err.Error(), "metrics", "the runtime was refused without naming its metrics")
+		return // Refused at admission, with the field: what should happen.
+	}
+	tj := utiltesting.MakeTrainJob("badhpa", ns).RuntimeRef(trainer.TrainingRuntimeKind, "rt-x").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	key := client.ObjectKeyFromObject(tj)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, int32(3), tj.Status.Nodes)
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, key, tj))
+		told := false
+		for _, cond := range tj.Status.Conditions {
+			told = told || mentionsAutoscaler(cond.Message)
+		}
+		list := &eventsv1.EventList{}
+		require.NoError(c, k8sClient.List(ctx, list, client.InNamespace(ns)))
+		for _, e := range list.Items {
+			if e.Regarding.UID == tj.UID {
+				told = told || mentionsAutoscaler(e.Note)
+			}
+		}
+		assert.True(c, told, "the TrainJob's autoscaler cannot be created from its runtime's metrics, and nothing on the TrainJob says so")
+	}, 15*time.Second, polling.Interval)
+}
+
+func mentionsAutoscaler(s string) bool {
+	s = strings.ToLower(s)
+	return strings.Contains(s, "horizontalpodautoscaler") || strings.Contains(s, "autoscaler") || strings.Contains(s, "metrics[")
+}
+
+// scaleOf reads a TrainJob's scale subresource.
+func scaleOf(t *testing.T, tj *trainer.TrainJob) *autoscalingv1.Scale {
+	t.Helper()
+	s := &autoscalingv1.Scale{}
+	require.NoError(t, k8sClient.SubResource("scale").Get(context.Background(), tj, s))
+	return s
+}
+
+// TestAttackRefusedResizeIsNeverRetried: the JobSet controller runs without its ElasticJobSet
+// gate, so JobSet's webhook refuses the resize: a Warning event says to turn the gate on. The
+// admin does. Nothing tries the resize again until something else about the TrainJob changes:
+// a running TrainJob whose JobSet's status is steady keeps its old size indefinitely, its
+// spec.trainer.numNodes (and the autoscaler's wish, which it will not write again) ignored.
+func TestAttackRefusedResizeIsNeverRetried(t *testing.T) {
+	ns := newNamespace(t)
+	tj, key := runningElastic(t, ns, "gateoff")
+
+	require.NoError(t, jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, false))
+	t.Cleanup(func() { _ = jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, true) })
+	require.NoError(t, scale(tj, 1))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Warning/ResizeFailed")
+	}, polling.Timeout, polling.Interval)
+
+	require.NoError(t, jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, true)) // The admin turns the gate on.
+	utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: 30 * time.Second, Interval: 200 * time.Millisecond}, key, &jobsetv1alpha2.JobSet{},
+		func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+			assert.Equal(c, &batchJobSpec{1, 1}, trainerJob(js), "the refused resize was never tried again")
+		})
+}
+
+// TestAttackScaleOfAnElasticTrainJobWithoutNumNodes: an elastic TrainJob created a moment
+// before its runtime (the defaulter finds no runtime and leaves numNodes out, "kubectl scale sets
+// it", its comment says), or one whose spec.trainer.numNodes a user removed while it runs (which
+// admission allows), runs at maxNodes, but its scale subresource cannot be read: the API server
+// answers 500 "the spec replicas field .spec.trainer.numNodes does not exist". So the autoscaler
+// the operator made for it fails to get its scale forever, and kubectl scale (a patch of the
+// scale) fails too: the TrainJob can no longer be resized by the scale subresource at all.
+func TestAttackScaleOfAnElasticTrainJobWithoutNumNodes(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+
+	early := utiltesting.MakeTrainJob("early", ns).RuntimeRef(trainer.TrainingRuntimeKind, "late-rt").Obj()
+	require.NoError(t, k8sClient.Create(ctx, early))
+	elasticRuntime(t, ns, "late-rt", cpuTarget)
+	key := client.ObjectKeyFromObject(early)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
+	utiltesting.WaitFor(t, k8sClient, polling, key, &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, int32(3), tj.Status.Nodes)
+	})
+	s := &autoscalingv1.Scale{}
+	if assert.NoError(t, k8sClient.SubResource("scale").Get(ctx, early, s), "the scale of an elastic TrainJob created before its runtime cannot be read (its autoscaler's FailedGetScale)") {
+		assert.Equal(t, int32(3), s.Spec.Replicas)
+	}
+	assert.NoError(t, scale(early, 2), "kubectl scale of an elastic TrainJob created before its runtime")
+
+	tj, key := runningElastic(t, ns, "cleared", cpuTarget)
+	require.NoError(t, k8sClient.Get(ctx, key, tj))
+	tj.Spec.Trainer.NumNodes = nil
+	require.NoError(t, k8sClient.Update(ctx, tj), "numNodes removed from a running elastic TrainJob: admitted")
+	assert.NoError(t, k8sClient.SubResource("scale").Get(ctx, tj, &autoscalingv1.Scale{}), "the scale of an elastic TrainJob whose numNodes was removed cannot be read")
+	assert.NoError(t, scale(tj, 2), "kubectl scale of an elastic TrainJob whose numNodes was removed")
+}
+
+// TestAttackFinishedAndNonElasticRefuseTheScale (held): a finished elastic TrainJob, and an MPI
+// TrainJob, refuse a scale with the reason; the finished one's autoscaler is deleted.
+func TestAttackFinishedAndNonElasticRefuseTheScale(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj, key := runningElastic(t, ns, "done", cpuTarget)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
+	js := &jobsetv1alpha2.JobSet{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, key, js))
+		js.Status = jobsetv1alpha2.JobSetStatus{TerminalState: string(jobsetv1alpha2.JobSetCompleted)}
+		require.NoError(c, k8sClient.Status().Update(ctx, js))
+	}, polling.Timeout, polling.Interval)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, trainer.TrainJobComplete, string(tj.Status.State))
+	})
+	err := scale(tj, 2)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.trainer.numNodes: Forbidden: the TrainJob is finished")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, key, &autoscalingv2.HorizontalPodAutoscaler{})))
+	}, polling.Timeout, polling.Interval)
+
+	mpi := utiltesting.MakeTrainJob("mpi", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "mpi-distributed").Obj()
+	if err := k8sClient.Create(ctx, mpi); err == nil {
+		err = scale(mpi, 2)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "the TrainJob is not elastic")
+	}
+}
