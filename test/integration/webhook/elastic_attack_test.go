@@ -263,3 +263,122 @@ func TestAttackFinishedAndNonElasticRefuseTheScale(t *testing.T) {
 		assert.Contains(t, err.Error(), "the TrainJob is not elastic")
 	}
 }
+
+// TestAttackQueuedElasticTrainJobDropsNumNodes: Kueue counts a TrainJob's trainer pods with
+// upstream Trainer's code, which ignores torch.elasticPolicy and reads spec.trainer.numNodes,
+// else the runtime's mlPolicy.numNodes, else 1 (kubeflow/trainer v2.2.0
+// pkg/runtime/core/trainingruntime.go and plugins/torch/torch.go); docs/kueue.md relies on
+// admission setting numNodes. A user whose queued elastic TrainJob waits, suspended, for
+// admission removes spec.trainer.numNodes: the operator admits the update (anything may change
+// while suspended) and builds the JobSet at maxNodes. Kueue then reserves quota for 1 trainer
+// pod and the TrainJob runs 3: a quota bypass of maxNodes-1 pods. (The same with a queued
+// TrainJob created a moment before its runtime: the defaulter finds none.)
+func TestAttackQueuedElasticTrainJobDropsNumNodes(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	elasticRuntime(t, ns, "elastic")
+	tj := utiltesting.MakeTrainJob("quota", ns).RuntimeRef(trainer.TrainingRuntimeKind, "elastic").Suspend(true).Obj()
+	tj.Labels = map[string]string{trainer.KueueQueueLabel: "team-a"}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	require.Equal(t, ptr.To[int32](3), tj.Spec.Trainer.NumNodes, "admission sets numNodes: what Kueue counts")
+	key := client.ObjectKeyFromObject(tj)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &jobsetv1alpha2.JobSet{}, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, &batchJobSpec{3, 3}, trainerJob(js))
+	})
+
+	require.NoError(t, k8sClient.Get(ctx, key, tj))
+	tj.Spec.Trainer.NumNodes = nil
+	err := k8sClient.Update(ctx, tj)
+	if err != nil {
+		return // Refused: what should happen (or numNodes defaulted again, below).
+	}
+	assert.NotNil(t, tj.Spec.Trainer.NumNodes,
+		"a queued elastic TrainJob lost spec.trainer.numNodes: Kueue will count 1 trainer pod, and the operator runs maxNodes (3)")
+}
+
+// TestAttackHeldScale (held): a neighbour's autoscaler that carries the operator's label is
+// left alone, with a Warning; a scale to the size the TrainJob has changes nothing; a scale of a
+// suspended elastic TrainJob resizes its JobSet, which resumes at the new size.
+func TestAttackHeldScale(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	theirs := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "labelled", Namespace: ns, Labels: map[string]string{trainer.TrainJobNameLabel: "labelled"}},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+			MinReplicas:    ptr.To[int32](2), MaxReplicas: 5, Metrics: []autoscalingv2.MetricSpec{cpuTarget},
+		},
+	}
+	require.NoError(t, k8sClient.Create(ctx, theirs))
+	tj, key := runningElastic(t, ns, "labelled", cpuTarget)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Warning/ObjectNotOwned")
+	}, polling.Timeout, polling.Interval)
+	after := &autoscalingv2.HorizontalPodAutoscaler{}
+	require.NoError(t, k8sClient.Get(ctx, key, after))
+	assert.Equal(t, theirs.Spec, after.Spec)
+
+	require.NoError(t, scale(tj, 3))
+	require.NoError(t, k8sClient.Get(ctx, key, tj))
+	tj.Spec.Suspend = ptr.To(true)
+	require.NoError(t, k8sClient.Update(ctx, tj))
+	require.NoError(t, scale(tj, 2))
+	require.NoError(t, k8sClient.Get(ctx, key, tj))
+	tj.Spec.Suspend = ptr.To(false)
+	require.NoError(t, k8sClient.Update(ctx, tj))
+	utiltesting.WaitFor(t, k8sClient, polling, key, &jobsetv1alpha2.JobSet{}, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, &batchJobSpec{2, 2}, trainerJob(js))
+		assert.False(c, ptr.Deref(js.Spec.Suspend, true))
+	})
+	utiltesting.WaitFor(t, k8sClient, polling, key, &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, int32(2), tj.Status.Nodes)
+	})
+}
+
+// TestAttackScaleOfASuspendedFixedTrainJob: the scale webhook refuses any scale of a TrainJob
+// that is not elastic, suspended or not, telling the user to "suspend it and set
+// spec.trainer.numNodes" although it is suspended: the same change through the spec is admitted,
+// so the scale subresource (kubectl scale) should be too, or the message should say to use the
+// spec.
+func TestAttackScaleOfASuspendedFixedTrainJob(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	fixed := utiltesting.MakeTrainJob("fixed", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").Suspend(true).Obj()
+	require.NoError(t, k8sClient.Create(ctx, fixed))
+	err := scale(fixed, 2)
+	if err != nil {
+		assert.NotContains(t, err.Error(), "suspend it", "a suspended TrainJob's scale is refused with the advice to suspend it")
+	}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(fixed), fixed))
+	fixed.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)}
+	require.NoError(t, k8sClient.Update(ctx, fixed), "the same change through the spec is admitted")
+}
+
+// TestAttackRefusedResizeSpamsEvents: with JobSet's ElasticJobSet gate off, every change of the
+// JobSet's status (a pod getting ready or not: routine on a running training) makes the operator
+// send the same refused patch through JobSet's webhook again and record one more Warning
+// ResizeFailed event, a new Event object each time (not a series): 20 status changes, 20
+// identical warnings and 20 refused writes.
+func TestAttackRefusedResizeSpamsEvents(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj, key := runningElastic(t, ns, "spam")
+	require.NoError(t, jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, false))
+	t.Cleanup(func() { _ = jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, true) })
+	require.NoError(t, scale(tj, 1))
+	for i := range 20 {
+		js := &jobsetv1alpha2.JobSet{}
+		require.NoError(t, k8sClient.Get(ctx, key, js))
+		js.Status.ReplicatedJobsStatus = []jobsetv1alpha2.ReplicatedJobStatus{{Name: "node", Active: int32(i % 2), Ready: int32(i % 2)}}
+		require.NoError(t, k8sClient.Status().Update(ctx, js))
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	objects := 0
+	for _, r := range utiltesting.EventReasons(t, k8sClient, tj) {
+		if r == "Warning/ResizeFailed" {
+			objects++
+		}
+	}
+	assert.LessOrEqual(t, objects, 2, "one refused resize became %d Warning events (and as many refused patches)", objects)
+}
