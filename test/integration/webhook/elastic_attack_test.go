@@ -113,7 +113,7 @@ func TestAttackOurAutoscalerUnlabelled(t *testing.T) {
 	require.NoError(t, k8sClient.Get(ctx, key, tj))
 	tj.Spec.Suspend = ptr.To(true)
 	require.NoError(t, k8sClient.Update(ctx, tj))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, key, &autoscalingv2.HorizontalPodAutoscaler{})),
 			"the TrainJob's own autoscaler, its label removed, outlived the suspension")
 	}, 10*time.Second, polling.Interval)
