@@ -77,8 +77,13 @@ const (
 	TrainJobResizedReason = "Resized"
 
 	// TrainJobResizeFailedReason is the reason of the Warning event of an elastic TrainJob whose
-	// JobSet refused to change size (JobSet's ElasticJobSet feature gate is off).
+	// JobSet refused to change size (JobSet's ElasticJobSet feature gate is off), or whose size is
+	// outside its runtime's bounds.
 	TrainJobResizeFailedReason = "ResizeFailed"
+
+	// TrainJobAutoscalerRefusedReason is the reason of the Warning event of an elastic TrainJob
+	// whose HorizontalPodAutoscaler the API server refused (its runtime's metrics).
+	TrainJobAutoscalerRefusedReason = "AutoscalerRefused"
 
 	// TrainJobProgressUnavailableReason is the reason of the Warning event of a TrainJob built
 	// without progress reporting: the operator cannot read the CA its trainer would need.

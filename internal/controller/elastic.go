@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -69,31 +70,75 @@ func desiredNodes(tj *trainer.TrainJob, elastic *trainer.TorchElasticPolicy) int
 	return maxNodes
 }
 
+// resizeRetry is how long a refused resize waits before it is tried again.
+const resizeRetry = 20 * time.Second
+
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=patch
+
+// recordSize writes an elastic TrainJob's size into its spec.trainer.numNodes when the TrainJob
+// has none: admission writes it, unless the TrainJob came before its runtime. Without it the
+// scale subresource cannot be read, and so neither kubectl nor an autoscaler can scale it. The
+// patch holds only while the TrainJob is as read: a user's own write wins.
+func (r *TrainJobReconciler) recordSize(ctx context.Context, tj *trainer.TrainJob) error {
+	if framework.Elastic(tj) == nil || tj.Status.Nodes == 0 || (tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil) {
+		return nil
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"trainer":{"numNodes":%d}}}`, tj.ResourceVersion, tj.Status.Nodes)
+	err := r.client.Patch(ctx, tj.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager(r.framework)))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // Changed or gone meanwhile: that queues it again.
+	}
+	return err
+}
+
+// resizeRefusal is a resize the JobSet refused: the size, and when.
+type resizeRefusal struct {
+	size int32
+	at   time.Time
+}
+
 // resize grows or shrinks the trainer job of an elastic TrainJob's JobSet to the size the
 // TrainJob asks for, in place: JobSet (with its ElasticJobSet feature gate on) lets a running
 // JobSet change only its Indexed Jobs' parallelism and completions, together, and hands them to
 // the Job, whose controller adds the missing indexes or removes the highest ones; no other pod is
-// touched. The JobSet's record of its size changes in the same write. It returns the JobSet as
-// written, or js when nothing was written. A JobSet that refuses (its gate off) is told in a
-// Warning event, and tried again on the TrainJob's next change.
-func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*jobsetv1alpha2.JobSet, error) {
+// touched. The JobSet's record of its size (and of its trainer job, for a JobSet made before it
+// was kept) changes in the same write. A size outside the bounds the TrainJob was built with
+// (admission refuses one; a TrainJob changed with admission off may have one) is never written.
+// It returns the JobSet as written, or js when nothing was written, and how soon to try again: a
+// JobSet that refuses (its gate off) is told once in a Warning event, and tried again each
+// resizeRetry, not at each of its changes.
+func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*jobsetv1alpha2.JobSet, time.Duration, error) {
 	elastic := framework.Elastic(tj)
-	name, nodes, ok := trainerSize(js)
-	want := int32(0)
-	if elastic != nil {
-		want = desiredNodes(tj, elastic)
+	if elastic == nil || js.UID == "" {
+		return js, 0, nil // Not elastic, or the JobSet was just made at the TrainJob's size.
 	}
-	if !ok || want == 0 || want == nodes {
-		return js, nil
+	want := desiredNodes(tj, elastic)
+	name, nodes, recorded := trainerSize(js)
+	if recorded && want == nodes {
+		r.refusals.Delete(tj.UID)
+		return js, 0, nil
+	}
+	if err := framework.CheckElasticSize(elastic, want, "the TrainJob's runtime"); err != nil {
+		r.warnOnce(tj, trainer.TrainJobResizeFailedReason, "Resize", fmt.Sprintf("The trainer job is not resized: %v", err))
+		return js, 0, nil
+	}
+	if last, ok := r.refusals.Load(tj.UID); ok && last.(resizeRefusal).size == want {
+		if wait := resizeRetry - time.Since(last.(resizeRefusal).at); wait > 0 {
+			return js, wait, nil
+		}
 	}
 	live := &jobsetv1alpha2.JobSet{}
 	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(js), live); err != nil {
-		return nil, fmt.Errorf("reading JobSet %s: %w", klog.KObj(js), err)
+		return nil, 0, fmt.Errorf("reading JobSet %s: %w", klog.KObj(js), err)
+	}
+	if !recorded {
+		name = framework.TrainerJobName(live)
 	}
 	i := slices.IndexFunc(live.Spec.ReplicatedJobs, func(j jobsetv1alpha2.ReplicatedJob) bool { return j.Name == name })
 	if !ours(live, tj) || i < 0 || live.Status.TerminalState != "" {
-		return js, nil // Changed hands, or finished: the TrainJob's next reconcile says so.
+		return js, 0, nil // Changed hands, or finished: the TrainJob's next reconcile says so.
 	}
+	nodes = ptr.Deref(live.Spec.ReplicatedJobs[i].Template.Spec.Parallelism, 1)
 	live.Spec.ReplicatedJobs[i].Template.Spec.Parallelism = ptr.To(want)
 	live.Spec.ReplicatedJobs[i].Template.Spec.Completions = ptr.To(want)
 	size := framework.TrainingPods(live)
@@ -102,108 +147,139 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 		Path  string `json:"path"`
 		Value any    `json:"value"`
 	}
+	annotation := func(key string) string { return "/metadata/annotations/" + strings.ReplaceAll(key, "/", "~1") }
 	job := fmt.Sprintf("/spec/replicatedJobs/%d", i)
 	patch, err := json.Marshal([]op{
 		{"test", "/metadata/uid", live.UID},
 		{"test", job + "/name", name},
 		{"replace", job + "/template/spec/parallelism", want},
 		{"replace", job + "/template/spec/completions", want},
-		{"add", "/metadata/annotations/" + strings.ReplaceAll(framework.TrainingPodsAnnotation, "/", "~1"), size},
+		{"add", annotation(framework.TrainingPodsAnnotation), size},
+		{"add", annotation(framework.TrainerJobAnnotation), name},
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	err = r.client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(fieldManager(r.framework)))
 	switch {
 	case permanent(err):
-		r.recorder.Eventf(tj, js, corev1.EventTypeWarning, trainer.TrainJobResizeFailedReason, "Resize",
-			"JobSet %s refused to go from %d to %d nodes: %v. A running JobSet changes size only when the JobSet controller runs with its ElasticJobSet feature gate on (featureGates in its configuration file)",
-			js.Name, nodes, want, err)
-		return js, nil
+		r.refusals.Store(tj.UID, resizeRefusal{size: want, at: time.Now()})
+		r.warnOnce(tj, trainer.TrainJobResizeFailedReason, "Resize", fmt.Sprintf(
+			"JobSet %s refused to go from %d to %d nodes: %v. A running JobSet changes size only when the JobSet controller runs with its ElasticJobSet feature gate on (featureGates in its configuration file); tried again every %s",
+			js.Name, nodes, want, err, resizeRetry))
+		return js, resizeRetry, nil
 	case err != nil:
-		return nil, fmt.Errorf("resizing JobSet %s: %w", klog.KObj(js), err)
+		return nil, 0, fmt.Errorf("resizing JobSet %s: %w", klog.KObj(js), err)
 	}
+	r.refusals.Delete(tj.UID)
+	r.warned.Delete(warningKey(tj, trainer.TrainJobResizeFailedReason))
 	ctrl.LoggerFrom(ctx).Info("Resized the trainer job", "jobSet", klog.KObj(js), "from", nodes, "to", want)
 	r.recorder.Eventf(tj, js, corev1.EventTypeNormal, trainer.TrainJobResizedReason, "Resize",
 		"Trainer job %q goes from %d to %d nodes", name, nodes, want)
 	written := js.DeepCopy()
 	written.Annotations[framework.TrainingPodsAnnotation] = size
-	return written, nil
+	written.Annotations[framework.TrainerJobAnnotation] = name
+	return written, 0, nil
 }
+
+// warnOnce emits a Warning event about the TrainJob, unless the last one of that reason said the
+// same: a state that holds across reconciles is told once, not at each.
+func (r *TrainJobReconciler) warnOnce(tj *trainer.TrainJob, reason, action, message string) {
+	if last, ok := r.warned.Swap(warningKey(tj, reason), message); ok && last == message {
+		return
+	}
+	r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, action, "%s", message)
+}
+
+func warningKey(tj *trainer.TrainJob, reason string) string { return string(tj.UID) + "/" + reason }
 
 // autoscale gives an elastic TrainJob whose runtime names autoscaling metrics a
 // HorizontalPodAutoscaler of its name while it runs, which scales it through its scale
 // subresource between minNodes and maxNodes, and deletes it once the TrainJob is suspended or
 // finished (garbage collection deletes it with the TrainJob). A TrainJob that Kueue admitted gets
 // none: Kueue stops a TrainJob whose size changes (the webhook refuses such a resize). The
-// operator keeps the autoscaler's target, bounds and metrics; its behavior is the user's to
-// tune. An autoscaler of the name that is not the TrainJob's is never touched: a Warning event
-// says so.
+// operator keeps the autoscaler's target, bounds, metrics and label (which puts it in the
+// operator's cache); its behavior is the user's to tune. An autoscaler of the name that is not
+// the TrainJob's is never touched, and one the API server refuses (metrics it cannot take) is not
+// written again until the TrainJob changes: a Warning event says either, once.
 func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob) error {
 	elastic := framework.Elastic(tj)
 	_, queued := tj.Labels[trainer.KueueQueueLabel]
 	want := elastic != nil && len(elastic.Metrics) > 0 && tj.Status.Selector != "" &&
 		!ptr.Deref(tj.Spec.Suspend, false) && !finished(tj) && !queued
+	key := client.ObjectKeyFromObject(tj)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), hpa) // The cache holds the operator's only.
-	switch {
-	case err != nil && !apierrors.IsNotFound(err):
-		return err
-	case err == nil && !metav1.IsControlledBy(hpa, tj):
-		if want {
-			r.tellNotOurs(tj, hpa)
-		}
+	err := r.client.Get(ctx, key, hpa) // The cache holds those with the operator's label only.
+	if apierrors.IsNotFound(err) && !want {
 		return nil
-	case err == nil && !want:
-		err := r.client.Delete(ctx, hpa, client.Preconditions{UID: &hpa.UID})
-		return client.IgnoreNotFound(err)
-	case !want:
-		return nil
-	}
-	minNodes, maxNodes := framework.ElasticBounds(elastic)
-	spec := autoscalingv2.HorizontalPodAutoscalerSpec{
-		ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
-			APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind, Name: tj.Name,
-		},
-		MinReplicas: ptr.To(minNodes),
-		MaxReplicas: maxNodes,
-		Metrics:     elastic.Metrics,
 	}
 	if apierrors.IsNotFound(err) {
-		hpa = &autoscalingv2.HorizontalPodAutoscaler{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: tj.Name, Namespace: tj.Namespace,
-				Labels:          map[string]string{trainer.TrainJobNameLabel: tj.Name},
-				OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
-			},
-			Spec: spec,
-		}
-		err := r.client.Create(ctx, hpa, client.FieldOwner(fieldManager(r.framework)))
-		if apierrors.IsAlreadyExists(err) {
-			// Someone else's, outside the cache.
-			r.tellNotOurs(tj, hpa)
+		hpa = r.autoscaler(tj, elastic, nil)
+		switch err = r.client.Create(ctx, hpa, client.FieldOwner(fieldManager(r.framework))); {
+		case apierrors.IsAlreadyExists(err):
+			// One the cache does not hold: someone else's, or the operator's stripped of its label.
+			err = r.apiReader.Get(ctx, key, hpa)
+		case permanent(err):
+			r.warnOnce(tj, trainer.TrainJobAutoscalerRefusedReason, "Autoscale", autoscalerRefused(err))
 			return nil
+		default:
+			return err
 		}
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // Gone meanwhile: its deletion queues the TrainJob again.
+	case err != nil:
 		return err
-	}
-	if hpa.DeletionTimestamp != nil {
+	case !metav1.IsControlledBy(hpa, tj):
+		if want {
+			r.warnOnce(tj, trainer.TrainJobObjectNotOwnedReason, "Autoscale", fmt.Sprintf("%v; the TrainJob is not autoscaled",
+				error(&notOursError{kind: "HorizontalPodAutoscaler", name: hpa.Name})))
+		}
+		return nil
+	case hpa.DeletionTimestamp != nil:
 		return nil // Its deletion queues the TrainJob again.
+	case !want:
+		return client.IgnoreNotFound(r.client.Delete(ctx, hpa, client.Preconditions{UID: &hpa.UID}))
 	}
-	spec.Behavior = hpa.Spec.Behavior
-	if apiequality.Semantic.DeepEqual(hpa.Spec, spec) {
+	wanted := r.autoscaler(tj, elastic, hpa)
+	if apiequality.Semantic.DeepEqual(hpa.Spec, wanted.Spec) && hpa.Labels[trainer.TrainJobNameLabel] == tj.Name {
 		return nil
 	}
-	hpa = hpa.DeepCopy()
-	hpa.Spec = spec
-	err = r.client.Update(ctx, hpa, client.FieldOwner(fieldManager(r.framework)))
-	if apierrors.IsConflict(err) {
+	switch err := r.client.Update(ctx, wanted, client.FieldOwner(fieldManager(r.framework))); {
+	case apierrors.IsConflict(err):
 		return nil // Changed meanwhile: its change queues the TrainJob again.
+	case permanent(err):
+		r.warnOnce(tj, trainer.TrainJobAutoscalerRefusedReason, "Autoscale", autoscalerRefused(err))
+		return nil
+	default:
+		return err
 	}
-	return err
 }
 
-// tellNotOurs says that the TrainJob gets no autoscaler: one of its name is someone else's.
-func (r *TrainJobReconciler) tellNotOurs(tj *trainer.TrainJob, hpa *autoscalingv2.HorizontalPodAutoscaler) {
-	r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobObjectNotOwnedReason, "Autoscale",
-		"%v; the TrainJob is not autoscaled", error(&notOursError{kind: "HorizontalPodAutoscaler", name: hpa.Name}))
+// autoscaler is the TrainJob's autoscaler as the operator wants it: a new one, or the one it has
+// (have) with the operator's target, bounds, metrics and label, and the rest as they are.
+func (r *TrainJobReconciler) autoscaler(tj *trainer.TrainJob, elastic *trainer.TorchElasticPolicy, have *autoscalingv2.HorizontalPodAutoscaler) *autoscalingv2.HorizontalPodAutoscaler {
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{
+		Name: tj.Name, Namespace: tj.Namespace,
+		OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
+	}}
+	if have != nil {
+		hpa = have.DeepCopy()
+	}
+	if hpa.Labels == nil {
+		hpa.Labels = map[string]string{}
+	}
+	hpa.Labels[trainer.TrainJobNameLabel] = tj.Name
+	minNodes, maxNodes := framework.ElasticBounds(elastic)
+	hpa.Spec.ScaleTargetRef = autoscalingv2.CrossVersionObjectReference{
+		APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind, Name: tj.Name,
+	}
+	hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas, hpa.Spec.Metrics = ptr.To(minNodes), maxNodes, elastic.Metrics
+	return hpa
+}
+
+// autoscalerRefused says why the TrainJob has no autoscaler: the API server refused it.
+func autoscalerRefused(err error) string {
+	return fmt.Sprintf("The TrainJob is not autoscaled: the API server refused its HorizontalPodAutoscaler, made from its runtime's mlPolicy.torch.elasticPolicy.metrics: %v", err)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,11 @@ type TrainJobReconciler struct {
 	// minStallWindow is the least time a trainer's progress may stay the same before it is
 	// called stalled, whatever its deadline: twice the progress endpoint's write interval.
 	minStallWindow time.Duration
+	// refusals are the resizes JobSets refused, by TrainJob UID (elastic.go).
+	refusals sync.Map
+	// warned is the last message of each Warning told once, by TrainJob UID and reason
+	// (warnOnce).
+	warned sync.Map
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -83,6 +89,9 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj, before)
+	if err == nil {
+		err = r.recordSize(ctx, tj)
+	}
 	if err == nil {
 		err = r.autoscale(ctx, tj)
 	}
@@ -338,8 +347,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		}
 	}
 	// An elastic TrainJob's size follows spec.trainer.numNodes, running or not (elastic.go).
+	var resizeWait time.Duration
 	if !built {
-		if js, err = r.resize(ctx, tj, js); err != nil {
+		if js, resizeWait, err = r.resize(ctx, tj, js); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -363,9 +373,13 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	// 6. Catch a training that stalled: its trainer's progress did not advance for its deadline
 	// while its pods ran (stall.go).
 	if suspend || restarting {
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: resizeWait}, nil
 	}
-	return r.catchStall(ctx, tj, js, rt, before)
+	result, err := r.catchStall(ctx, tj, js, rt, before)
+	if resizeWait > 0 && (result.RequeueAfter == 0 || resizeWait < result.RequeueAfter) {
+		result.RequeueAfter = resizeWait
+	}
+	return result, err
 }
 
 // changedUnseen reports whether a TrainJob whose JobSet runs was suspended, changed and resumed

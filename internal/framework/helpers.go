@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,6 +219,9 @@ func BuiltFrom(spec *trainer.TrainJobSpec, elastic bool) *trainer.TrainJobSpec {
 	if elastic && s.Trainer != nil {
 		s.Trainer.NumNodes = nil
 	}
+	if s.Trainer != nil && reflect.ValueOf(*s.Trainer).IsZero() {
+		s.Trainer = nil // Says nothing, as no trainer does.
+	}
 	return s
 }
 
@@ -259,6 +263,17 @@ func ElasticPolicy(p *trainer.MLPolicy) *trainer.TorchElasticPolicy {
 		return nil
 	}
 	return p.Torch.ElasticPolicy
+}
+
+// CheckElasticSize refuses, at spec.trainer.numNodes, a size outside an elastic runtime's bounds;
+// runtime names the runtime.
+func CheckElasticSize(elastic *trainer.TorchElasticPolicy, n int32, runtime string) error {
+	minNodes, maxNodes := ElasticBounds(elastic)
+	if n < minNodes || n > maxNodes {
+		return field.Invalid(TrainerPath.Child("numNodes"), n, fmt.Sprintf(
+			"%s is elastic: numNodes must be between its torch.elasticPolicy's minNodes (%d) and maxNodes (%d)", runtime, minNodes, maxNodes))
+	}
+	return nil
 }
 
 // ElasticBounds are the fewest and the most nodes of an elastic policy: minNodes (1 when

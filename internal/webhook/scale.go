@@ -55,8 +55,8 @@ func (w scaleWebhook) Handle(ctx context.Context, req admission.Request) admissi
 	return admission.Allowed("")
 }
 
-// validate checks that the TrainJob may run replicas nodes from now on: that it is elastic, and
-// that it may change numNodes to that (trainJobWebhook.ValidateUpdate).
+// validate checks that the TrainJob may run replicas nodes from now on: that it is elastic, or
+// suspended, and that it may change numNodes to that (trainJobWebhook.ValidateUpdate).
 func (w scaleWebhook) validate(ctx context.Context, key types.NamespacedName, replicas int32) error {
 	old := &trainer.TrainJob{}
 	if err := w.trainJobs.client.Get(ctx, key, old); err != nil {
@@ -71,9 +71,9 @@ func (w scaleWebhook) validate(ctx context.Context, key types.NamespacedName, re
 		return invalid(trainer.TrainJobKind, key.Name, field.Forbidden(framework.TrainerPath.Child("numNodes"), "its runtime cannot be found, so its size cannot be checked"))
 	case err != nil:
 		return apierrors.NewInternalError(err)
-	case framework.ElasticPolicy(rt.Spec.MLPolicy) == nil:
+	case framework.ElasticPolicy(rt.Spec.MLPolicy) == nil && running(old):
 		return invalid(trainer.TrainJobKind, key.Name, field.Forbidden(framework.TrainerPath.Child("numNodes"), fmt.Sprintf(
-			"the TrainJob is not elastic (%s has no mlPolicy.torch.elasticPolicy), so its size is fixed while it runs: suspend it and set spec.trainer.numNodes", rt)))
+			"the TrainJob is not elastic (%s has no mlPolicy.torch.elasticPolicy), so its size is fixed while it runs: suspend it first", rt)))
 	}
 	tj := old.DeepCopy()
 	if tj.Spec.Trainer == nil {

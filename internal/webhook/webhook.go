@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/http"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -99,37 +98,54 @@ type trainJobDefaulter struct {
 // it gives the same answer.
 func (d trainJobDefaulter) Default(ctx context.Context, tj *trainer.TrainJob) error {
 	req, _ := admission.RequestFromContext(ctx) // Always there, but for direct calls.
-	if req.Operation == admissionv1.Create {
-		d.defaultNodes(ctx, tj)
+	var old *trainer.TrainJob
+	if len(req.OldObject.Raw) > 0 {
+		old = &trainer.TrainJob{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return fmt.Errorf("reading the TrainJob before the update: %w", err)
+		}
 	}
-	return stampPatchTimes(req, tj)
+	d.defaultNodes(ctx, old, tj)
+	stampPatchTimes(old, tj)
+	return nil
 }
 
-// defaultNodes sets a new elastic TrainJob's spec.trainer.numNodes to its runtime's maxNodes, the
-// size it starts at, so that its scale subresource reads its size: an autoscaler does not scale
-// a target whose size reads 0. The runtime is looked up in the cache, and past it only when the
-// cache lacks it (a runtime applied a moment before). Without a runtime the TrainJob is left as
-// it is: it still starts at maxNodes, and kubectl scale sets numNodes.
-func (d trainJobDefaulter) defaultNodes(ctx context.Context, tj *trainer.TrainJob) {
+// defaultNodes gives an elastic TrainJob without spec.trainer.numNodes one, so that its scale
+// subresource always reads its size (an autoscaler does not scale a target whose size reads 0)
+// and Kueue, which counts its pods from that field, counts what runs: an update that leaves it
+// out keeps the size it had, and a new TrainJob, or one that never had it, gets its runtime's
+// maxNodes, the size it starts at. Elastic is what the runtime it is built from says (its
+// snapshot, once it has one), looked up in the cache, and past it only when the cache lacks it (a
+// runtime applied a moment before). Without a runtime the TrainJob is left as it is, and gets its
+// size on its next update.
+func (d trainJobDefaulter) defaultNodes(ctx context.Context, old, tj *trainer.TrainJob) {
 	if !tj.ManagedByOperator() || nodes(tj) != 0 {
 		return
 	}
-	rt, err := trainingruntime.Resolve(ctx, d.cache, tj)
-	if errors.Is(err, trainingruntime.ErrNotFound) {
-		rt, err = trainingruntime.Resolve(ctx, d.reader, tj)
+	withStatus := tj
+	if old != nil {
+		withStatus = tj.DeepCopy()
+		withStatus.Status = old.Status
 	}
-	if err != nil {
+	rt, err := trainingruntime.ForTrainJob(ctx, d.cache, withStatus)
+	if errors.Is(err, trainingruntime.ErrNotFound) {
+		rt, err = trainingruntime.ForTrainJob(ctx, d.reader, withStatus)
+	}
+	if err != nil || rt.Spec.MLPolicy == nil || rt.Spec.MLPolicy.NumNodes != nil {
 		return
 	}
 	elastic := framework.ElasticPolicy(rt.Spec.MLPolicy)
-	if elastic == nil || rt.Spec.MLPolicy.NumNodes != nil {
+	if elastic == nil {
 		return
 	}
-	_, maxNodes := framework.ElasticBounds(elastic)
+	size := nodes(old)
+	if size == 0 {
+		_, size = framework.ElasticBounds(elastic)
+	}
 	if tj.Spec.Trainer == nil {
 		tj.Spec.Trainer = &trainer.Trainer{}
 	}
-	tj.Spec.Trainer.NumNodes = ptr.To(maxNodes)
+	tj.Spec.Trainer.NumNodes = ptr.To(size)
 }
 
 // stampPatchTimes stamps each of spec.runtimePatches with the time it was written, as upstream
@@ -137,13 +153,9 @@ func (d trainJobDefaulter) defaultNodes(ctx context.Context, tj *trainer.TrainJo
 // the request's time unless it brings its own; a patch that changed (its time aside) gets the
 // request's time, whatever the update sends; a patch that did not change keeps the time it had.
 // So the time tells when its manager last changed it.
-func stampPatchTimes(req admission.Request, tj *trainer.TrainJob) error {
+func stampPatchTimes(before, tj *trainer.TrainJob) {
 	old := map[string]trainer.RuntimePatch{}
-	if len(req.OldObject.Raw) > 0 {
-		var before trainer.TrainJob
-		if err := json.Unmarshal(req.OldObject.Raw, &before); err != nil {
-			return fmt.Errorf("reading the TrainJob before the update: %w", err)
-		}
+	if before != nil {
 		for _, p := range before.Spec.RuntimePatches {
 			old[p.Manager] = p
 		}
@@ -159,7 +171,6 @@ func stampPatchTimes(req admission.Request, tj *trainer.TrainJob) error {
 			p.Time = &now
 		}
 	}
-	return nil
 }
 
 func withoutTime(p trainer.RuntimePatch) trainer.RuntimePatch {
@@ -191,7 +202,9 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 // Kueue must always be able to suspend, even a TrainJob whose runtime has changed since it was
 // built, and a TTL or a progress deadline may change at any time, as a Job's TTL.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
-	resized := nodes(old) != nodes(tj)
+	// The operator writing down the size of a TrainJob that had none (it came before its runtime)
+	// changes nothing.
+	resized := nodes(old) != nodes(tj) && (nodes(old) != 0 || nodes(tj) != old.Status.Nodes)
 	if !resized && apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec, false), framework.BuiltFrom(&tj.Spec, false)) {
 		return nil, nil
 	}
@@ -201,9 +214,13 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 	if !tj.ManagedByOperator() {
 		return nil, nil
 	}
-	var elastic *trainer.TorchElasticPolicy
+	var (
+		elastic *trainer.TorchElasticPolicy
+		rt      *trainingruntime.Runtime
+	)
 	if resized {
-		rt, err := trainingruntime.ForTrainJob(ctx, w.client, tj)
+		var err error
+		rt, err = trainingruntime.ForTrainJob(ctx, w.client, tj)
 		if err != nil && !errors.Is(err, trainingruntime.ErrNotFound) {
 			return nil, apierrors.NewInternalError(err)
 		}
@@ -220,12 +237,19 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 			return nil, invalid(trainer.TrainJobKind, tj.Name, err)
 		}
 	}
+	if elastic != nil && nodes(tj) != 0 {
+		// Against the bounds the TrainJob is built with, even when its runtime's copy cannot be
+		// read to build it (validate then only warns).
+		if err := framework.CheckElasticSize(elastic, nodes(tj), rt.String()); err != nil {
+			return nil, invalid(trainer.TrainJobKind, tj.Name, err)
+		}
+	}
 	return w.validate(ctx, tj)
 }
 
-// nodes is a TrainJob's spec.trainer.numNodes, 0 when omitted.
+// nodes is a TrainJob's spec.trainer.numNodes, 0 when omitted (or there is no TrainJob).
 func nodes(tj *trainer.TrainJob) int32 {
-	if tj.Spec.Trainer == nil {
+	if tj == nil || tj.Spec.Trainer == nil {
 		return 0
 	}
 	return ptr.Deref(tj.Spec.Trainer.NumNodes, 0)

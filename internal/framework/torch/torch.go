@@ -161,11 +161,10 @@ func (t torch) environment(b *framework.Draft, policy *trainer.TorchMLPolicySour
 // so that a run at any size completes; and the rendezvous is on the first pod, which a resize
 // never removes (the Job controller removes the highest indexes).
 func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, host string) ([]corev1.EnvVar, error) {
-	minNodes, maxNodes := framework.ElasticBounds(elastic)
-	if b.NumNodes < minNodes || b.NumNodes > maxNodes {
-		return nil, field.Invalid(framework.TrainerPath.Child("numNodes"), b.NumNodes,
-			fmt.Sprintf("%s is elastic: numNodes must be between its torch.elasticPolicy's minNodes (%d) and maxNodes (%d)", b.Runtime, minNodes, maxNodes))
+	if err := framework.CheckElasticSize(elastic, b.NumNodes, b.Runtime.String()); err != nil {
+		return nil, err
 	}
+	minNodes, maxNodes := framework.ElasticBounds(elastic)
 	if minNodes < maxNodes {
 		// The trainer job is Indexed (RankEnv), as a success policy needs.
 		b.TrainerJob().Template.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededCount: ptr.To(minNodes)}}}

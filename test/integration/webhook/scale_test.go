@@ -111,7 +111,7 @@ func TestAnElasticTrainJobScales(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, fixed))
 	err = scale(fixed, 2)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `spec.trainer.numNodes: Forbidden: the TrainJob is not elastic (ClusterTrainingRuntime "torch-distributed" has no mlPolicy.torch.elasticPolicy), so its size is fixed while it runs: suspend it and set spec.trainer.numNodes`)
+	assert.Contains(t, err.Error(), `spec.trainer.numNodes: Forbidden: the TrainJob is not elastic (ClusterTrainingRuntime "torch-distributed" has no mlPolicy.torch.elasticPolicy), so its size is fixed while it runs: suspend it first`)
 }
 
 // TestAQueuedElasticTrainJobKeepsItsAdmittedSize: Kueue stops a running TrainJob whose size

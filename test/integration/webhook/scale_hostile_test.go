@@ -1,8 +1,7 @@
 package webhook
 
-// Hostile review of #28 (elastic TrainJobs): each test shows something that breaks, and fails
-// until it is fixed. Run one with
-//   KUBEBUILDER_ASSETS=$PWD/bin go test ./test/integration/webhook/ -run TestAttack -count=1
+// What a hostile user and a careless neighbour tried against elastic TrainJobs (the review of
+// #28): each test failed before its fix.
 
 import (
 	"context"
@@ -46,12 +45,10 @@ func runningElastic(t *testing.T, ns, name string, metrics ...autoscalingv2.Metr
 	}), key
 }
 
-// TestAttackSnapshotDeletedLiftsMaxNodes: the owner of a running elastic TrainJob deletes its
-// runtime snapshot ConfigMap (anyone who may delete ConfigMaps in the namespace can), then scales
-// it far past the runtime's maxNodes. Admission can no longer load the runtime, answers with a
-// warning only, and the controller resizes the JobSet to whatever was asked: the cap an admin set
-// in the runtime (maxNodes 3) is gone, and the pods' names were only checked at maxNodes.
-func TestAttackSnapshotDeletedLiftsMaxNodes(t *testing.T) {
+// TestADeletedSnapshotKeepsTheBounds: the owner of a running elastic TrainJob deletes its runtime
+// snapshot ConfigMap (anyone who may delete ConfigMaps in the namespace can), then scales it far
+// past the runtime's maxNodes: refused, against the bounds its status records.
+func TestADeletedSnapshotKeepsTheBounds(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj, key := runningElastic(t, ns, "capped")
@@ -67,12 +64,10 @@ func TestAttackSnapshotDeletedLiftsMaxNodes(t *testing.T) {
 	assert.Equal(t, &batchJobSpec{3, 3}, trainerJob(js), "the JobSet was resized past the runtime's maxNodes")
 }
 
-// TestAttackJobSetWithoutTrainerJobRecordIgnoresTheScale: a JobSet built before this change (or
-// one whose trainer-job annotation someone with JobSet rights removed) has no
-// trainer.kubeflow.org/trainer-job annotation. Admission accepts the scale; the controller finds
-// no record and does nothing, silently: spec.trainer.numNodes says 1, the JobSet keeps 3 pods,
-// no event, no condition.
-func TestAttackJobSetWithoutTrainerJobRecordIgnoresTheScale(t *testing.T) {
+// TestAJobSetWithoutItsTrainerJobRecordIsResized: a JobSet made before the
+// trainer.kubeflow.org/trainer-job annotation was kept (or whose annotation someone removed) is
+// still resized: its trainer job is found in its spec, and the record written back.
+func TestAJobSetWithoutItsTrainerJobRecordIsResized(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj, key := runningElastic(t, ns, "upgraded")
@@ -95,11 +90,11 @@ func TestAttackJobSetWithoutTrainerJobRecordIgnoresTheScale(t *testing.T) {
 	}, 10*time.Second, polling.Interval)
 }
 
-// TestAttackOurAutoscalerUnlabelled: a user removes the operator's label from the TrainJob's own
-// autoscaler (it is theirs to tune: its behavior is the user's). The operator's cache no longer
-// sees it, so it calls its own autoscaler someone else's (a Warning ObjectNotOwned), stops
-// setting its bounds right, and no longer deletes it when the TrainJob is suspended.
-func TestAttackOurAutoscalerUnlabelled(t *testing.T) {
+// TestAnAutoscalerStrippedOfItsLabelIsStillTheTrainJobs: a user removes the operator's label from
+// the TrainJob's own autoscaler (out of the operator's cache): it is found past the cache, known
+// as the TrainJob's (its owner), given its label, bounds and target back, and deleted when the
+// TrainJob is suspended; no false ObjectNotOwned.
+func TestAnAutoscalerStrippedOfItsLabelIsStillTheTrainJobs(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj, key := runningElastic(t, ns, "unlabelled", cpuTarget)
@@ -121,12 +116,10 @@ func TestAttackOurAutoscalerUnlabelled(t *testing.T) {
 		"the operator called the TrainJob's own autoscaler someone else's")
 }
 
-// TestAttackRuntimeMetricsAnHPARefuses: a runtime's elasticPolicy.metrics that the
-// HorizontalPodAutoscaler API refuses (a Resource metric with a Value target: HPAs take only
-// Utilization or AverageValue for resources) is admitted with the runtime and with the
-// TrainJob; the operator then fails to create the autoscaler on every reconcile, and the user is
-// told nothing on the TrainJob: no event, no condition; the error is only in the operator's log.
-func TestAttackRuntimeMetricsAnHPARefuses(t *testing.T) {
+// TestMetricsAnAutoscalerRefusesAreTold: a runtime's elasticPolicy.metrics that the
+// HorizontalPodAutoscaler API refuses (a Resource metric with a Value target) leave the TrainJob
+// without an autoscaler, and a Warning event on the TrainJob says why.
+func TestMetricsAnAutoscalerRefusesAreTold(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	bad := autoscalingv2.MetricSpec{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
@@ -177,12 +170,10 @@ func scaleOf(t *testing.T, tj *trainer.TrainJob) *autoscalingv1.Scale {
 	return s
 }
 
-// TestAttackRefusedResizeIsNeverRetried: the JobSet controller runs without its ElasticJobSet
-// gate, so JobSet's webhook refuses the resize: a Warning event says to turn the gate on. The
-// admin does. Nothing tries the resize again until something else about the TrainJob changes:
-// a running TrainJob whose JobSet's status is steady keeps its old size indefinitely, its
-// spec.trainer.numNodes (and the autoscaler's wish, which it will not write again) ignored.
-func TestAttackRefusedResizeIsNeverRetried(t *testing.T) {
+// TestARefusedResizeIsTriedAgain: JobSet runs without its ElasticJobSet gate and refuses the
+// resize (a Warning event says to turn the gate on); once the admin does, the resize is tried
+// again and goes through, with nothing else about the TrainJob changing.
+func TestARefusedResizeIsTriedAgain(t *testing.T) {
 	ns := newNamespace(t)
 	tj, key := runningElastic(t, ns, "gateoff")
 
@@ -200,14 +191,10 @@ func TestAttackRefusedResizeIsNeverRetried(t *testing.T) {
 		})
 }
 
-// TestAttackScaleOfAnElasticTrainJobWithoutNumNodes: an elastic TrainJob created a moment
-// before its runtime (the defaulter finds no runtime and leaves numNodes out, "kubectl scale sets
-// it", its comment says), or one whose spec.trainer.numNodes a user removed while it runs (which
-// admission allows), runs at maxNodes, but its scale subresource cannot be read: the API server
-// answers 500 "the spec replicas field .spec.trainer.numNodes does not exist". So the autoscaler
-// the operator made for it fails to get its scale forever, and kubectl scale (a patch of the
-// scale) fails too: the TrainJob can no longer be resized by the scale subresource at all.
-func TestAttackScaleOfAnElasticTrainJobWithoutNumNodes(t *testing.T) {
+// TestAnElasticTrainJobWithoutNumNodesGetsOne: an elastic TrainJob created a moment before its
+// runtime (admission cannot default its size), or whose spec.trainer.numNodes a user removes,
+// gets its size written back, so that its scale subresource reads and kubectl scale works.
+func TestAnElasticTrainJobWithoutNumNodesGetsOne(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 
@@ -233,9 +220,9 @@ func TestAttackScaleOfAnElasticTrainJobWithoutNumNodes(t *testing.T) {
 	assert.NoError(t, scale(tj, 2), "kubectl scale of an elastic TrainJob whose numNodes was removed")
 }
 
-// TestAttackFinishedAndNonElasticRefuseTheScale (held): a finished elastic TrainJob, and an MPI
+// TestFinishedAndNonElasticTrainJobsRefuseTheScale: a finished elastic TrainJob, and an MPI
 // TrainJob, refuse a scale with the reason; the finished one's autoscaler is deleted.
-func TestAttackFinishedAndNonElasticRefuseTheScale(t *testing.T) {
+func TestFinishedAndNonElasticTrainJobsRefuseTheScale(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj, key := runningElastic(t, ns, "done", cpuTarget)
@@ -264,16 +251,11 @@ func TestAttackFinishedAndNonElasticRefuseTheScale(t *testing.T) {
 	}
 }
 
-// TestAttackQueuedElasticTrainJobDropsNumNodes: Kueue counts a TrainJob's trainer pods with
-// upstream Trainer's code, which ignores torch.elasticPolicy and reads spec.trainer.numNodes,
-// else the runtime's mlPolicy.numNodes, else 1 (kubeflow/trainer v2.2.0
-// pkg/runtime/core/trainingruntime.go and plugins/torch/torch.go); docs/kueue.md relies on
-// admission setting numNodes. A user whose queued elastic TrainJob waits, suspended, for
-// admission removes spec.trainer.numNodes: the operator admits the update (anything may change
-// while suspended) and builds the JobSet at maxNodes. Kueue then reserves quota for 1 trainer
-// pod and the TrainJob runs 3: a quota bypass of maxNodes-1 pods. (The same with a queued
-// TrainJob created a moment before its runtime: the defaulter finds none.)
-func TestAttackQueuedElasticTrainJobDropsNumNodes(t *testing.T) {
+// TestAQueuedElasticTrainJobKeepsItsNumNodes: Kueue counts a TrainJob's trainer pods from
+// spec.trainer.numNodes (upstream Trainer's code ignores torch.elasticPolicy), so removing it from
+// a queued elastic TrainJob would make Kueue count 1 pod while maxNodes run: an update without it
+// keeps the size it had.
+func TestAQueuedElasticTrainJobKeepsItsNumNodes(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	elasticRuntime(t, ns, "elastic")
@@ -296,10 +278,10 @@ func TestAttackQueuedElasticTrainJobDropsNumNodes(t *testing.T) {
 		"a queued elastic TrainJob lost spec.trainer.numNodes: Kueue will count 1 trainer pod, and the operator runs maxNodes (3)")
 }
 
-// TestAttackHeldScale (held): a neighbour's autoscaler that carries the operator's label is
-// left alone, with a Warning; a scale to the size the TrainJob has changes nothing; a scale of a
-// suspended elastic TrainJob resizes its JobSet, which resumes at the new size.
-func TestAttackHeldScale(t *testing.T) {
+// TestScalesThatChangeNothingOrWaitForAResume: a neighbour's autoscaler that carries the
+// operator's label is left alone, with a Warning; a scale to the size the TrainJob has changes
+// nothing; a scale of a suspended elastic TrainJob resizes its JobSet, which resumes at it.
+func TestScalesThatChangeNothingOrWaitForAResume(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	theirs := &autoscalingv2.HorizontalPodAutoscaler{
@@ -335,12 +317,9 @@ func TestAttackHeldScale(t *testing.T) {
 	})
 }
 
-// TestAttackScaleOfASuspendedFixedTrainJob: the scale webhook refuses any scale of a TrainJob
-// that is not elastic, suspended or not, telling the user to "suspend it and set
-// spec.trainer.numNodes" although it is suspended: the same change through the spec is admitted,
-// so the scale subresource (kubectl scale) should be too, or the message should say to use the
-// spec.
-func TestAttackScaleOfASuspendedFixedTrainJob(t *testing.T) {
+// TestASuspendedFixedTrainJobScales: kubectl scale of a suspended TrainJob that is not elastic is
+// an edit of its numNodes, as the same change through the spec is.
+func TestASuspendedFixedTrainJobScales(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	fixed := utiltesting.MakeTrainJob("fixed", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").Suspend(true).Obj()
@@ -354,12 +333,10 @@ func TestAttackScaleOfASuspendedFixedTrainJob(t *testing.T) {
 	require.NoError(t, k8sClient.Update(ctx, fixed), "the same change through the spec is admitted")
 }
 
-// TestAttackRefusedResizeSpamsEvents: with JobSet's ElasticJobSet gate off, every change of the
-// JobSet's status (a pod getting ready or not: routine on a running training) makes the operator
-// send the same refused patch through JobSet's webhook again and record one more Warning
-// ResizeFailed event, a new Event object each time (not a series): 20 status changes, 20
-// identical warnings and 20 refused writes.
-func TestAttackRefusedResizeSpamsEvents(t *testing.T) {
+// TestARefusedResizeIsToldOnce: with JobSet's ElasticJobSet gate off, the JobSet's status changes
+// (pods getting ready or not) neither send the refused resize again nor add Warning events: one
+// is told.
+func TestARefusedResizeIsToldOnce(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	tj, key := runningElastic(t, ns, "spam")
