@@ -82,7 +82,7 @@ test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests i
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: test-torchrun
-test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torchrun (Debian's python3-torch) on the real node: a 2-node gloo all-reduce under the operator's PET_* wiring. Not in make test: its image is 1.2 GB.
+test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torchrun (Debian's python3-torch) on the real node: a 2-node gloo all-reduce under the operator's PET_* wiring, and an elastic training scaled from 1 node to 2 while it trains. Not in make test: its image is 1.2 GB.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -tags torchrun ./test/e2e/ -count=1 -timeout 30m -v -run 'TestRealTorchrun'
 
 .PHONY: test-reliability
