@@ -106,7 +106,7 @@ func TestRealTorchrunGrowsWhileItTrains(t *testing.T) {
 	}, polling.Timeout, polling.Interval)
 	for name, log := range logs {
 		for line := range strings.SplitSeq(log, "\n") {
-			if strings.Contains(line, ": step ") || strings.Contains(line, "new nodes") {
+			if strings.Contains(line, "of 2: step ") || strings.Contains(line, "of 1: step 1:") || strings.Contains(line, "new nodes") {
 				t.Logf("%s: %s", name, line)
 			}
 		}
