@@ -283,9 +283,21 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 
 // writeAsTheOperator is the floor's writer: the writes the operator makes for a new TrainJob,
 // and nothing else. It builds them with the operator's own pipeline, from the runtime read once.
-// The event is part of what the user sees (`kubectl describe trainjob`), so it is part of the
-// floor.
+// The runtime's snapshot is kept first, and its digest recorded in the status before anything is
+// built from it, as the operator must (KEP-2599). The event is part of what the user sees
+// (`kubectl describe trainjob`), so it is part of the floor.
 func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) error {
+	cm, snapshot, err := trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, cm); err != nil {
+		return err
+	}
+	tj.Status.RuntimeSnapshot = snapshot
+	if err := c.Status().Update(ctx, tj); err != nil {
+		return err
+	}
 	children, err := pipeline.Build(tj, rt, fw)
 	if err != nil {
 		return err
