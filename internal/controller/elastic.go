@@ -75,18 +75,31 @@ const resizeRetry = 20 * time.Second
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=patch
 
-// recordSize writes an elastic TrainJob's size into its spec.trainer.numNodes when the TrainJob
-// has none: admission writes it, unless the TrainJob came before its runtime. Without it the
-// scale subresource cannot be read, and so neither kubectl nor an autoscaler can scale it. The
-// patch holds only while the TrainJob is as read: a user's own write wins.
+// recordSize writes an elastic TrainJob's size (status.nodes) into its spec.trainer.numNodes when
+// the TrainJob has none: admission writes it, unless the TrainJob came before its runtime.
+// Without it the scale subresource cannot be read, so neither kubectl nor an autoscaler can scale
+// it, and Kueue counts its pods wrong. The patch holds only while the field is still absent (a
+// test for null passes only then): a user's own write wins.
 func (r *TrainJobReconciler) recordSize(ctx context.Context, tj *trainer.TrainJob) error {
 	if framework.Elastic(tj) == nil || tj.Status.Nodes == 0 || (tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil) {
 		return nil
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"trainer":{"numNodes":%d}}}`, tj.ResourceVersion, tj.Status.Nodes)
-	err := r.client.Patch(ctx, tj.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fieldManager(r.framework)))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // Changed or gone meanwhile: that queues it again.
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	ops := []op{{"test", "/spec/trainer", nil}, {"add", "/spec/trainer", map[string]int32{"numNodes": tj.Status.Nodes}}}
+	if tj.Spec.Trainer != nil {
+		ops = []op{{"test", "/spec/trainer/numNodes", nil}, {"add", "/spec/trainer/numNodes", tj.Status.Nodes}}
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	err = r.client.Patch(ctx, tj.DeepCopy(), client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(fieldManager(r.framework)))
+	if apierrors.IsInvalid(err) || apierrors.IsNotFound(err) {
+		return nil // Written meanwhile (the test failed), or gone: that queues it again.
 	}
 	return err
 }

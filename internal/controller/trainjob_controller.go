@@ -90,9 +90,6 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	before := tj.Status.DeepCopy()
 	result, err := r.reconcile(ctx, tj, before)
 	if err == nil {
-		err = r.recordSize(ctx, tj)
-	}
-	if err == nil {
 		err = r.autoscale(ctx, tj)
 	}
 	recordCreationFailure(r.framework, tj)
@@ -100,16 +97,19 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		result.RequeueAfter = max(left, time.Millisecond) // Check the deadline when it passes: at once when it has.
 	}
 	reason, all := settle(tj, before, r.conditions)
-	if apiequality.Semantic.DeepEqual(before, &tj.Status) {
-		return result, err
-	}
-	if werr := r.writeStatus(ctx, tj); werr != nil {
-		if apierrors.IsConflict(werr) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	if !apiequality.Semantic.DeepEqual(before, &tj.Status) {
+		if werr := r.writeStatus(ctx, tj); werr != nil {
+			if apierrors.IsConflict(werr) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 		}
-		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
+		r.told(ctx, tj, before, reason, all)
 	}
-	r.told(ctx, tj, before, reason, all)
+	if err == nil {
+		// Once the status says the size: admission lets the operator write down only that one.
+		err = r.recordSize(ctx, tj)
+	}
 	return result, err
 }
 

@@ -202,9 +202,10 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 // Kueue must always be able to suspend, even a TrainJob whose runtime has changed since it was
 // built, and a TTL or a progress deadline may change at any time, as a Job's TTL.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
+	resized := nodes(old) != nodes(tj)
 	// The operator writing down the size of a TrainJob that had none (it came before its runtime)
-	// changes nothing.
-	resized := nodes(old) != nodes(tj) && (nodes(old) != 0 || nodes(tj) != old.Status.Nodes)
+	// changes nothing it runs.
+	recorded := nodes(old) == 0 && old.Status.Nodes != 0 && nodes(tj) == old.Status.Nodes
 	if !resized && apiequality.Semantic.DeepEqual(framework.BuiltFrom(&old.Spec, false), framework.BuiltFrom(&tj.Spec, false)) {
 		return nil, nil
 	}
@@ -233,7 +234,7 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 			return nil, invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("spec"),
 				"only spec.suspend, spec.ttlSecondsAfterFinished, spec.progressDeadlineSeconds and, when its runtime is elastic, spec.trainer.numNodes may change while the TrainJob runs: suspend it first"))
 		}
-		if err := checkResize(old); err != nil {
+		if err := checkResize(old); err != nil && !recorded {
 			return nil, invalid(trainer.TrainJobKind, tj.Name, err)
 		}
 	}

@@ -205,6 +205,9 @@ func TestAnElasticTrainJobWithoutNumNodesGetsOne(t *testing.T) {
 	utiltesting.WaitFor(t, k8sClient, polling, key, &autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
 	utiltesting.WaitFor(t, k8sClient, polling, key, &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		assert.Equal(c, int32(3), tj.Status.Nodes)
+		if assert.NotNil(c, tj.Spec.Trainer) {
+			assert.Equal(c, ptr.To[int32](3), tj.Spec.Trainer.NumNodes, "the size is not written down")
+		}
 	})
 	s := &autoscalingv1.Scale{}
 	if assert.NoError(t, k8sClient.SubResource("scale").Get(ctx, early, s), "the scale of an elastic TrainJob created before its runtime cannot be read (its autoscaler's FailedGetScale)") {
@@ -358,4 +361,26 @@ func TestARefusedResizeIsToldOnce(t *testing.T) {
 		}
 	}
 	assert.LessOrEqual(t, objects, 2, "one refused resize became %d Warning events (and as many refused patches)", objects)
+}
+
+// TestAQueuedElasticTrainJobWithoutNumNodesGetsOne: a TrainJob queued by Kueue and created a
+// moment before its elastic runtime runs at maxNodes, which Kueue (counting numNodes, else 1)
+// would under-count: the operator writes its size down, which admission allows although a queued
+// TrainJob may not be resized while it runs: it is the size it runs at.
+func TestAQueuedElasticTrainJobWithoutNumNodesGetsOne(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	early := utiltesting.MakeTrainJob("early", ns).RuntimeRef(trainer.TrainingRuntimeKind, "late-rt").Obj()
+	early.Labels = map[string]string{trainer.KueueQueueLabel: "team-a"}
+	require.NoError(t, k8sClient.Create(ctx, early))
+	elasticRuntime(t, ns, "late-rt")
+	utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(early), &trainer.TrainJob{}, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, int32(3), tj.Status.Nodes)
+		if assert.NotNil(c, tj.Spec.Trainer) {
+			assert.Equal(c, ptr.To[int32](3), tj.Spec.Trainer.NumNodes, "the size is not written down")
+		}
+	})
+	err := scale(early, 2)
+	require.Error(t, err, "a queued TrainJob was resized while it runs")
+	assert.Contains(t, err.Error(), "admitted by Kueue")
 }
