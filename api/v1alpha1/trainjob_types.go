@@ -511,6 +511,21 @@ func (tj *TrainJob) ManagedByOperator() bool {
 	return tj.Spec.ManagedBy == nil || *tj.Spec.ManagedBy == TrainJobControllerName
 }
 
+// FinishedCondition is the TrainJob's terminal condition (Complete or Failed) that is True, or
+// nil.
+func (tj *TrainJob) FinishedCondition() *metav1.Condition {
+	for i, c := range tj.Status.Conditions {
+		if (c.Type == TrainJobComplete || c.Type == TrainJobFailed) && c.Status == metav1.ConditionTrue {
+			return &tj.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// Finished reports whether the TrainJob is Complete or Failed. A finished TrainJob is final: the
+// operator never writes its children again, not even recreates them when deleted.
+func (tj *TrainJob) Finished() bool { return tj.FinishedCondition() != nil }
+
 // TrainJobList is a list of TrainJobs.
 //
 // +kubebuilder:object:root=true

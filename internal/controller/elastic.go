@@ -219,7 +219,7 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 	elastic := framework.Elastic(tj)
 	_, queued := tj.Labels[trainer.KueueQueueLabel]
 	want := elastic != nil && len(elastic.Metrics) > 0 && tj.Status.Selector != "" &&
-		!ptr.Deref(tj.Spec.Suspend, false) && !finished(tj) && !queued
+		!ptr.Deref(tj.Spec.Suspend, false) && !tj.Finished() && !queued
 	key := client.ObjectKeyFromObject(tj)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
 	err := r.client.Get(ctx, key, hpa) // The cache holds those with the operator's label only.

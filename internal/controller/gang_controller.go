@@ -59,7 +59,7 @@ const refusedRetry = 10 * time.Second
 // so is a PodGroup that cannot be written, from the report this leaves.
 func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tj, err := managedTrainJob(ctx, r.client, req)
-	if tj == nil || finished(tj) {
+	if tj == nil || tj.Finished() {
 		r.reports.clear(req.NamespacedName)
 		return ctrl.Result{}, err
 	}

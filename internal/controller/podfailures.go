@@ -219,7 +219,7 @@ func (p *podFailures) read(ctx context.Context, job failedJob) error {
 	failure, told, others, unwritten := p.fresh(job, pods.Items)
 	// A finished TrainJob's pods that fail are its winding down (JobSet stops the Jobs left);
 	// the failure that ended it is in its Failed condition and its event.
-	if told != nil && !finished(tj) {
+	if told != nil && !tj.Finished() {
 		p.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobPodFailedReason, "Read", "%s", failureNote(told, others))
 		podFailuresTotal.WithLabelValues(frameworkName(ctx, p.cache, p.frameworks, tj), podfailure.MetricReason(told.Reason)).Inc()
 	}
@@ -235,7 +235,7 @@ func (p *podFailures) read(ctx context.Context, job failedJob) error {
 		if err := p.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), tj); err != nil {
 			return err
 		}
-		if finished(tj) || !recordFailure(&tj.Status, failure, job.avoid) {
+		if tj.Finished() || !recordFailure(&tj.Status, failure, job.avoid) {
 			return nil
 		}
 		return p.writer.Status().Update(ctx, tj, client.FieldOwner(trainer.TrainJobControllerName))

@@ -82,7 +82,7 @@ func runtimeUsers(c client.Client, ownsRuntime func(*trainer.TrainingRuntimeSpec
 		}
 		var reqs []reconcile.Request
 		for i := range tjs.Items {
-			if tj := &tjs.Items[i]; tj.ManagedByOperator() && !finished(tj) {
+			if tj := &tjs.Items[i]; tj.ManagedByOperator() && !tj.Finished() {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tj)})
 			}
 		}

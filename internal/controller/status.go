@@ -264,7 +264,7 @@ func trainingPods(js *jobsetv1alpha2.JobSet) (ready, total int32) {
 func setRunning(tj *trainer.TrainJob, ready, total int32) {
 	ran := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobRunning) != nil
 	switch {
-	case finished(tj):
+	case tj.Finished():
 		if ran {
 			setCondition(tj, trainer.TrainJobRunning, metav1.ConditionFalse, trainer.TrainJobFinishedReason, "TrainJob is finished")
 		}

@@ -84,7 +84,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if tj == nil {
 		return ctrl.Result{}, err
 	}
-	if finished(tj) {
+	if tj.Finished() {
 		return r.followFinished(ctx, tj)
 	}
 	before := tj.Status.DeepCopy()
@@ -93,7 +93,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		err = r.autoscale(ctx, tj)
 	}
 	recordCreationFailure(r.framework, tj)
-	if left, ok := timeLeft(tj, time.Now()); ok && !finished(tj) && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
+	if left, ok := timeLeft(tj, time.Now()); ok && !tj.Finished() && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
 		result.RequeueAfter = max(left, time.Millisecond) // Check the deadline when it passes: at once when it has.
 	}
 	reason, all := settle(tj, before, r.conditions)
@@ -474,22 +474,6 @@ func managedTrainJob(ctx context.Context, c client.Client, req ctrl.Request) (*t
 		return nil, nil
 	}
 	return tj, nil
-}
-
-// finished reports whether the TrainJob reached a terminal condition. A finished TrainJob is
-// final: its children are never written again, not even recreated when deleted.
-func finished(tj *trainer.TrainJob) bool {
-	return finishedAt(tj) != nil
-}
-
-// finishedAt is the TrainJob's terminal condition (Complete or Failed), or nil.
-func finishedAt(tj *trainer.TrainJob) *metav1.Condition {
-	for i, c := range tj.Status.Conditions {
-		if (c.Type == trainer.TrainJobComplete || c.Type == trainer.TrainJobFailed) && c.Status == metav1.ConditionTrue {
-			return &tj.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // fieldManager is the server-side apply field manager of a framework's controller.

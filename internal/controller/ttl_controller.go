@@ -61,7 +61,7 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 // expiry is when a finished TrainJob with a spec.ttlSecondsAfterFinished is to be deleted. ok is
 // false for a TrainJob that is not to be deleted: no TTL, not finished, or someone else's.
 func expiry(tj *trainer.TrainJob) (at time.Time, ok bool) {
-	end := finishedAt(tj)
+	end := tj.FinishedCondition()
 	if tj.Spec.TTLSecondsAfterFinished == nil || !tj.ManagedByOperator() || end == nil {
 		return time.Time{}, false
 	}

@@ -13,7 +13,6 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -263,7 +262,7 @@ func nodes(tj *trainer.TrainJob) int32 {
 // size.
 func checkResize(old *trainer.TrainJob) error {
 	path := framework.TrainerPath.Child("numNodes")
-	if finished(old) {
+	if old.Finished() {
 		return field.Forbidden(path, "the TrainJob is finished: its size can no longer change")
 	}
 	if queue, queued := old.Labels[trainer.KueueQueueLabel]; queued {
@@ -272,12 +271,6 @@ func checkResize(old *trainer.TrainJob) error {
 			queue, nodes(old)))
 	}
 	return nil
-}
-
-// finished reports whether a TrainJob is Complete or Failed.
-func finished(tj *trainer.TrainJob) bool {
-	return apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
-		apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)
 }
 
 // ValidateDelete allows every deletion.

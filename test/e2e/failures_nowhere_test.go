@@ -31,7 +31,7 @@ func TestARestartThatMayRunNowhereElseStillEnds(t *testing.T) {
 	deadline := time.Now().Add(2 * timeout)
 	for time.Now().Before(deadline) {
 		got := &trainer.TrainJob{}
-		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got); err == nil && finished(got) {
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), got); err == nil && got.Finished() {
 			return
 		}
 		time.Sleep(time.Second)
@@ -47,15 +47,6 @@ func TestARestartThatMayRunNowhereElseStillEnds(t *testing.T) {
 	assert.Fail(t, "the TrainJob hangs: a restart that may run nowhere",
 		"after %s: restarts=%d avoidedNodes=%v conditions=%v pending pods=%v", 2*timeout,
 		got.Status.Restarts, got.Status.AvoidedNodes, conditionTypes(got), pending)
-}
-
-func finished(tj *trainer.TrainJob) bool {
-	for _, c := range tj.Status.Conditions {
-		if (c.Type == trainer.TrainJobFailed || c.Type == trainer.TrainJobComplete) && c.Status == "True" {
-			return true
-		}
-	}
-	return false
 }
 
 func conditionTypes(tj *trainer.TrainJob) []string {
