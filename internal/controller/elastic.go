@@ -32,16 +32,9 @@ import (
 // them.
 func trainerSize(js *jobsetv1alpha2.JobSet) (name string, nodes int32, ok bool) {
 	name = js.Annotations[framework.TrainerJobAnnotation]
-	if name == "" {
-		return "", 0, false
-	}
-	for part := range strings.SplitSeq(js.Annotations[framework.TrainingPodsAnnotation], ",") {
-		job, size, _ := strings.Cut(part, "=")
-		var replicas, perJob int32
-		if job == name {
-			if _, err := fmt.Sscanf(size, "%dx%d", &replicas, &perJob); err == nil {
-				return name, replicas * perJob, true
-			}
+	for job, size := range recordedSizes(js) {
+		if name != "" && job == name {
+			return name, size.replicas * size.perJob, true
 		}
 	}
 	return "", 0, false
@@ -59,15 +52,6 @@ func setScaleStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
 		jobsetv1alpha2.JobSetNameKey:        tj.Name,
 		jobsetv1alpha2.ReplicatedJobNameKey: name,
 	}).String()
-}
-
-// desiredNodes is the size an elastic TrainJob asks for: spec.trainer.numNodes, else maxNodes.
-func desiredNodes(tj *trainer.TrainJob, elastic *trainer.TorchElasticPolicy) int32 {
-	if t := tj.Spec.Trainer; t != nil && t.NumNodes != nil {
-		return *t.NumNodes
-	}
-	_, maxNodes := framework.ElasticBounds(elastic)
-	return maxNodes
 }
 
 // resizeRetry is how long a refused resize waits before it is tried again.
@@ -125,7 +109,7 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 	if elastic == nil || js.UID == "" {
 		return js, 0, nil // Not elastic, or the JobSet was just made at the TrainJob's size.
 	}
-	want := desiredNodes(tj, elastic)
+	want := framework.NumNodes(tj, framework.SnapshotPolicy(tj))
 	name, nodes, recorded := trainerSize(js)
 	if recorded && want == nodes {
 		r.refusals.Delete(tj.UID)
@@ -217,8 +201,11 @@ func warningKey(tj *trainer.TrainJob, reason string) string { return string(tj.U
 // written again until the TrainJob changes: a Warning event says either, once.
 func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob) error {
 	elastic := framework.Elastic(tj)
+	if elastic == nil {
+		return nil // Never had one: whether a TrainJob is elastic is fixed once it is built.
+	}
 	_, queued := tj.Labels[trainer.KueueQueueLabel]
-	want := elastic != nil && len(elastic.Metrics) > 0 && tj.Status.Selector != "" &&
+	want := len(elastic.Metrics) > 0 && tj.Status.Selector != "" &&
 		!ptr.Deref(tj.Spec.Suspend, false) && !tj.Finished() && !queued
 	key := client.ObjectKeyFromObject(tj)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -243,20 +244,32 @@ func setJobSetCounts(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) (ready
 // pods: a Job's pods count as ready once all of them are. A JobSet without the annotation has no
 // pods to count.
 func trainingPods(js *jobsetv1alpha2.JobSet) (ready, total int32) {
-	for part := range strings.SplitSeq(js.Annotations[framework.TrainingPodsAnnotation], ",") {
-		name, size, _ := strings.Cut(part, "=")
-		var replicas, perJob int32
-		if _, err := fmt.Sscanf(size, "%dx%d", &replicas, &perJob); err != nil {
-			continue
-		}
-		total += replicas * perJob
+	for name, size := range recordedSizes(js) {
+		total += size.replicas * size.perJob
 		for _, s := range js.Status.ReplicatedJobsStatus {
 			if s.Name == name {
-				ready += s.Ready * perJob
+				ready += s.Ready * size.perJob
 			}
 		}
 	}
 	return ready, total
+}
+
+// jobSize is the size of a replicated job: its Jobs, and the pods of each.
+type jobSize struct{ replicas, perJob int32 }
+
+// recordedSizes are the sizes of the JobSet's training's replicated jobs, by name, as its
+// TrainingPodsAnnotation records them; a part that does not parse is left out.
+func recordedSizes(js *jobsetv1alpha2.JobSet) iter.Seq2[string, jobSize] {
+	return func(yield func(string, jobSize) bool) {
+		for part := range strings.SplitSeq(js.Annotations[framework.TrainingPodsAnnotation], ",") {
+			name, size, _ := strings.Cut(part, "=")
+			var s jobSize
+			if _, err := fmt.Sscanf(size, "%dx%d", &s.replicas, &s.perJob); err == nil && !yield(name, s) {
+				return
+			}
+		}
+	}
 }
 
 // setRunning reports whether the training runs: Running=True once all its pods are ready; False when one no longer has, and when the TrainJob is suspended or finished. A TrainJob

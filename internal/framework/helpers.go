@@ -242,6 +242,23 @@ func SpecHash(tj *trainer.TrainJob, p *trainer.MLPolicy) string {
 	return strconv.FormatUint(sum.Sum64(), 36)
 }
 
+// NumNodes is the number of nodes a TrainJob runs on under a runtime of ML policy p: its
+// trainer.numNodes, else the runtime's mlPolicy.numNodes, else its elastic policy's maxNodes,
+// else 1.
+func NumNodes(tj *trainer.TrainJob, p *trainer.MLPolicy) int32 {
+	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil {
+		return *tj.Spec.Trainer.NumNodes
+	}
+	if p != nil && p.NumNodes != nil {
+		return *p.NumNodes
+	}
+	if elastic := ElasticPolicy(p); elastic != nil {
+		_, maxNodes := ElasticBounds(elastic)
+		return maxNodes
+	}
+	return 1
+}
+
 // SnapshotPolicy is the ML policy of the runtime a TrainJob is built from, as its
 // status.runtimeSnapshot records it; nil before it is first built.
 func SnapshotPolicy(tj *trainer.TrainJob) *trainer.MLPolicy {

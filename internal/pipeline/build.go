@@ -69,7 +69,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 			},
 			Spec: rt.Spec.Template.Spec,
 		},
-		NumNodes: numNodes(tj, rt.Spec),
+		NumNodes: framework.NumNodes(tj, rt.Spec.MLPolicy),
 	}
 	// The steps change the JobSet in place: never the runtime's template.
 	b.JobSet = b.JobSet.DeepCopy()
@@ -104,22 +104,6 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		return nil, err
 	}
 	return &Children{JobSet: js, Create: b.Create, PodGroup: podGroup}, nil
-}
-
-// numNodes is the TrainJob's trainer.numNodes, else the runtime's mlPolicy.numNodes, else its
-// elastic policy's maxNodes, else 1.
-func numNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) int32 {
-	if tj.Spec.Trainer != nil && tj.Spec.Trainer.NumNodes != nil {
-		return *tj.Spec.Trainer.NumNodes
-	}
-	if spec.MLPolicy != nil && spec.MLPolicy.NumNodes != nil {
-		return *spec.MLPolicy.NumNodes
-	}
-	if elastic := framework.ElasticPolicy(spec.MLPolicy); elastic != nil {
-		_, maxNodes := framework.ElasticBounds(elastic)
-		return maxNodes
-	}
-	return 1
 }
 
 // toApplyConfiguration names the JobSet after the TrainJob, makes the TrainJob its controller

@@ -130,21 +130,17 @@ func (d trainJobDefaulter) defaultNodes(ctx context.Context, old, tj *trainer.Tr
 	if errors.Is(err, trainingruntime.ErrNotFound) {
 		rt, err = trainingruntime.ForTrainJob(ctx, d.reader, withStatus)
 	}
-	if err != nil || rt.Spec.MLPolicy == nil || rt.Spec.MLPolicy.NumNodes != nil {
+	if err != nil || framework.ElasticPolicy(rt.Spec.MLPolicy) == nil {
 		return
 	}
-	elastic := framework.ElasticPolicy(rt.Spec.MLPolicy)
-	if elastic == nil {
-		return
-	}
-	size := nodes(old)
-	if size == 0 {
-		_, size = framework.ElasticBounds(elastic)
+	sized := tj // The size it had, else the one it starts at.
+	if old != nil {
+		sized = old
 	}
 	if tj.Spec.Trainer == nil {
 		tj.Spec.Trainer = &trainer.Trainer{}
 	}
-	tj.Spec.Trainer.NumNodes = ptr.To(size)
+	tj.Spec.Trainer.NumNodes = ptr.To(framework.NumNodes(sized, rt.Spec.MLPolicy))
 }
 
 // stampPatchTimes stamps each of spec.runtimePatches with the time it was written, as upstream
