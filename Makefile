@@ -118,6 +118,14 @@ test-unit: ## Run the unit tests only, without an API server.
 build: manifests generate fmt vet ## Build the manager binary.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 
+.PHONY: kubectl-trainjob
+kubectl-trainjob: ## Build the kubectl plugin into bin/kubectl-trainjob: copy it onto your PATH and run `kubectl trainjob` (docs/console.md).
+	$(GO) build -o $(LOCALBIN)/kubectl-trainjob ./cmd/kubectl-trainjob
+
+.PHONY: plugin-dist
+plugin-dist: ## Build the plugin's release archives (Linux, macOS, Windows) and their krew manifest into dist/krew (VERSION=v0.1.0).
+	$(GO) run ./hack/krew -version $(or $(VERSION),v0.1.0) -out dist/krew
+
 .PHONY: run
 run: manifests localcluster-assets $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node).
 	$(GO) build -o $(LOCALBIN)/manager ./cmd

@@ -21,8 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
-	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
-	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -200,8 +198,8 @@ func ignoreNoMatch(err error) error {
 // are not counted, nor told, again.
 func watchGangs(informer cache.Informer, recorder events.EventRecorder, leading func() bool) error {
 	_, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
-		was, is := gangPhase(oldObj), gangPhase(newObj)
-		if was == is || !leading() {
+		was, is := gang.StateOf(oldObj), gang.StateOf(newObj)
+		if (was.Running == is.Running && was.Waiting == is.Waiting) || !leading() {
 			return
 		}
 		pg := newObj.(client.Object)
@@ -213,50 +211,13 @@ func watchGangs(informer cache.Informer, recorder events.EventRecorder, leading 
 		tj.SetGroupVersionKind(trainer.GroupVersion.WithKind(trainer.TrainJobKind))
 		waited := time.Since(pg.GetCreationTimestamp().Time)
 		switch {
-		case is.running && !was.running:
-			gangWait.WithLabelValues(is.scheduler).Observe(waited.Seconds())
+		case is.Running && !was.Running:
+			gangWait.WithLabelValues(is.Scheduler).Observe(waited.Seconds())
 			recorder.Eventf(tj, pg, corev1.EventTypeNormal, "GangScheduled", "Schedule",
-				"The %s scheduler placed the gang of PodGroup %q at once, after %s: its pods run", is.scheduler, pg.GetName(), waited.Round(time.Second))
-		case !is.running && is.waiting != "":
-			recorder.Eventf(tj, pg, corev1.EventTypeNormal, "GangWaiting", "Schedule", "%s", is.waiting)
+				"The %s scheduler placed the gang of PodGroup %q at once, after %s: its pods run", is.Scheduler, pg.GetName(), waited.Round(time.Second))
+		case !is.Running && is.Waiting != "":
+			recorder.Eventf(tj, pg, corev1.EventTypeNormal, "GangWaiting", "Schedule", "%s", is.Waiting)
 		}
 	}})
 	return err
-}
-
-// gangState is what a PodGroup's scheduler says of it.
-type gangState struct {
-	scheduler string
-	// running is true once the gang was scheduled and runs (or ran).
-	running bool
-	// waiting says why the gang waits, when it does.
-	waiting string
-}
-
-func gangPhase(obj any) gangState {
-	switch pg := obj.(type) {
-	case *schedulerpluginsv1alpha1.PodGroup:
-		g := gangState{scheduler: "coscheduling"}
-		switch pg.Status.Phase {
-		case schedulerpluginsv1alpha1.PodGroupRunning, schedulerpluginsv1alpha1.PodGroupFinished, schedulerpluginsv1alpha1.PodGroupFailed:
-			g.running = true
-		case schedulerpluginsv1alpha1.PodGroupScheduling:
-			g.waiting = fmt.Sprintf("PodGroup %q waits for all %d of its pods to be placed and running: the scheduler places none of them until all fit at once",
-				pg.Name, pg.Spec.MinMember)
-		}
-		return g
-	case *volcanov1beta1.PodGroup:
-		g := gangState{scheduler: "volcano"}
-		switch pg.Status.Phase {
-		case volcanov1beta1.PodGroupRunning, volcanov1beta1.PodGroupCompleted:
-			g.running = true
-		case volcanov1beta1.PodGroupPending, volcanov1beta1.PodGroupInqueue:
-			g.waiting = fmt.Sprintf("PodGroup %q is %s: Volcano waits until all %d pods fit at once", pg.Name, pg.Status.Phase, pg.Spec.MinMember)
-			if n := len(pg.Status.Conditions); n > 0 && pg.Status.Conditions[n-1].Message != "" {
-				g.waiting += ": " + pg.Status.Conditions[n-1].Message
-			}
-		}
-		return g
-	}
-	return gangState{}
 }

@@ -1,0 +1,52 @@
+package gang
+
+import (
+	"fmt"
+
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+)
+
+// State is what a PodGroup's scheduler says of its gang: the operator tells it in events, and
+// `kubectl trainjob describe` names it as the reason a TrainJob waits.
+type State struct {
+	// Scheduler is "coscheduling" or "volcano"; empty for an object that is no PodGroup.
+	Scheduler string
+	// Phase is the PodGroup's phase as its scheduler wrote it, empty before it wrote one.
+	Phase string
+	// MinMember is how many pods must be placed at once.
+	MinMember int32
+	// Running is true once the gang was scheduled and runs (or ran).
+	Running bool
+	// Waiting says why the gang waits, when its scheduler says it does.
+	Waiting string
+}
+
+// StateOf reads the State of a coscheduling or Volcano PodGroup.
+func StateOf(obj any) State {
+	switch pg := obj.(type) {
+	case *schedulerpluginsv1alpha1.PodGroup:
+		g := State{Scheduler: "coscheduling", Phase: string(pg.Status.Phase), MinMember: pg.Spec.MinMember}
+		switch pg.Status.Phase {
+		case schedulerpluginsv1alpha1.PodGroupRunning, schedulerpluginsv1alpha1.PodGroupFinished, schedulerpluginsv1alpha1.PodGroupFailed:
+			g.Running = true
+		case schedulerpluginsv1alpha1.PodGroupScheduling:
+			g.Waiting = fmt.Sprintf("PodGroup %q waits for all %d of its pods to be placed and running: the scheduler places none of them until all fit at once",
+				pg.Name, pg.Spec.MinMember)
+		}
+		return g
+	case *volcanov1beta1.PodGroup:
+		g := State{Scheduler: "volcano", Phase: string(pg.Status.Phase), MinMember: pg.Spec.MinMember}
+		switch pg.Status.Phase {
+		case volcanov1beta1.PodGroupRunning, volcanov1beta1.PodGroupCompleted:
+			g.Running = true
+		case volcanov1beta1.PodGroupPending, volcanov1beta1.PodGroupInqueue:
+			g.Waiting = fmt.Sprintf("PodGroup %q is %s: Volcano waits until all %d pods fit at once", pg.Name, pg.Status.Phase, pg.Spec.MinMember)
+			if n := len(pg.Status.Conditions); n > 0 && pg.Status.Conditions[n-1].Message != "" {
+				g.Waiting += ": " + pg.Status.Conditions[n-1].Message
+			}
+		}
+		return g
+	}
+	return State{}
+}
