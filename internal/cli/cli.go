@@ -78,7 +78,9 @@ func (o *Options) clients() (*clients, error) {
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{IOStreams: streams, flags: genericclioptions.NewConfigFlags(true)}
 	root := &cobra.Command{
-		Use:   "kubectl trainjob",
+		Use: "trainjob",
+		// kubectl runs kubectl-trainjob as `kubectl trainjob`: the help says so.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trainjob"},
 		Short: "See and steer Kubeflow TrainJobs: list, describe, logs, progress, suspend, resume, rerun",
 		Long: `kubectl trainjob shows the TrainJobs of a cluster and what became of them.
 
@@ -98,6 +100,7 @@ what your RBAC lets you, nothing more.`,
 		newSuspendCommand(o, true),
 		newSuspendCommand(o, false),
 		newRerunCommand(o),
+		newConsoleCommand(o),
 	)
 	return root
 }

@@ -244,6 +244,14 @@ func (t *tree) readMPI(ctx context.Context, c *clients) error {
 	return nil
 }
 
+// unread says an object was not read, when a note says why, else none.
+func (t *tree) unread(what, none string) string {
+	if slices.ContainsFunc(t.notes, func(n string) bool { return strings.HasPrefix(n, what+":") }) {
+		return "not read (below)"
+	}
+	return none
+}
+
 // ownership warns of an object of the TrainJob's name that it does not control.
 func ownership(obj metav1.Object, tj *trainer.TrainJob) string {
 	if metav1.IsControlledBy(obj, tj) {
@@ -404,7 +412,7 @@ func (t *tree) write(out io.Writer, now time.Time) {
 // writeTree prints the JobSet, its Jobs and their pods, then the rest of what was made.
 func (t *tree) writeTree(w io.Writer) {
 	if t.jobSet == nil {
-		fmt.Fprintln(w, "  JobSet: none yet")
+		fmt.Fprintf(w, "  JobSet: %s\n", t.unread("JobSet", "none yet"))
 	} else {
 		js := t.jobSet
 		fmt.Fprintf(w, "  JobSet %s\t%s\trestarts %d\n", js.Name, jobSetState(js), js.Status.Restarts)

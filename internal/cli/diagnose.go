@@ -28,6 +28,7 @@ const (
 	CauseQueued            = "QueueAdmission"
 	CauseSuspended         = "Suspended"
 	CauseNotCreated        = "NotCreated"
+	CausePodsNotCreated    = "PodsNotCreated"
 	CauseGangWait          = "GangWait"
 	CauseUnschedulable     = "Unschedulable"
 	CauseImagePull         = "ImagePull"
@@ -38,8 +39,8 @@ const (
 
 // cause says why a TrainJob is not running: a reason from the list above and what to read.
 type cause struct {
-	Reason  string
-	Message string
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 }
 
 // imagePullReasons are the reasons a container waits for an image it cannot get.
@@ -72,7 +73,7 @@ func diagnose(t *tree, now time.Time) *cause {
 	if tj.Status.State == trainer.TrainJobRunning {
 		return nil
 	}
-	for _, find := range []func(*tree, time.Time) *cause{gangCause, unschedulableCause, imagePullCause, initializerCause, podFailedCause} {
+	for _, find := range []func(*tree, time.Time) *cause{podsNotCreatedCause, gangCause, unschedulableCause, imagePullCause, initializerCause, podFailedCause} {
 		if c := find(t, now); c != nil {
 			return c
 		}
@@ -146,6 +147,29 @@ func workloadConditionDetail(wl *unstructured.Unstructured, typ string) (status,
 		}
 	}
 	return "", "", ""
+}
+
+// creationFailures are the reasons of the warnings JobSet and the Job controller give when the
+// API server refuses a Job or a pod: a quota, a policy, an admission webhook, an invalid spec.
+var creationFailures = map[string]bool{"JobCreationFailed": true, "FailedCreate": true}
+
+// podsNotCreatedCause is a Job or pod the API server refused to JobSet or to the Job controller,
+// while the training misses pods: their latest warning says why.
+func podsNotCreatedCause(t *tree, _ time.Time) *cause {
+	if t.jobSet == nil || len(t.pods) >= rankCount(t.jobSet, trainer.AncestorTrainer) {
+		return nil
+	}
+	var latest *corev1.Event
+	for i := range t.events {
+		e := &t.events[i]
+		if e.Type == corev1.EventTypeWarning && creationFailures[e.Reason] && (latest == nil || !eventTime(e).Before(eventTime(latest))) {
+			latest = e
+		}
+	}
+	if latest == nil {
+		return nil
+	}
+	return &cause{CausePodsNotCreated, fmt.Sprintf("%s %s cannot make its children: %s", latest.InvolvedObject.Kind, latest.InvolvedObject.Name, latest.Message)}
 }
 
 // gangCause is a gang that waits: its PodGroup has not got all its pods placed, and the

@@ -70,6 +70,14 @@ func workload(conditions ...map[string]any) *unstructured.Unstructured {
 	return wl
 }
 
+// trainerJobSet is a JobSet whose trainer job has nodes pods.
+func trainerJobSet(nodes int32) *jobsetv1alpha2.JobSet {
+	js := &jobsetv1alpha2.JobSet{Spec: jobsetv1alpha2.JobSetSpec{ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{Name: "node", Replicas: 1}}}}
+	js.Spec.ReplicatedJobs[0].Template.Labels = map[string]string{trainer.AncestorStepLabel: trainer.AncestorTrainer}
+	js.Spec.ReplicatedJobs[0].Template.Spec.Completions = ptr.To(nodes)
+	return js
+}
+
 func TestDiagnose(t *testing.T) {
 	created := func(tj *trainer.TrainJob) { tj.Status.State = trainer.TrainJobCreated }
 	for name, c := range map[string]struct {
@@ -160,6 +168,29 @@ func TestDiagnose(t *testing.T) {
 				tj.Status.Conditions = []metav1.Condition{condition(trainer.TrainJobCreated, metav1.ConditionFalse, "ObjectNotOwned", `JobSet "x" is someone else's`)}
 			},
 			want: CauseNotCreated, contains: []string{"ObjectNotOwned: JobSet"},
+		},
+		"a quota that refuses a pod, before the gang that waits for it": {
+			tj: created,
+			tree: tree{
+				jobSet: trainerJobSet(2),
+				gang:   &gangInfo{State: gang.State{Scheduler: "coscheduling", Phase: "Pending", MinMember: 2}, name: "x"},
+				pods:   []corev1.Pod{pod("x-node-0-0", "node", nil)},
+				events: []corev1.Event{
+					{Type: corev1.EventTypeWarning, Reason: "FailedCreate", InvolvedObject: corev1.ObjectReference{Kind: "Job", Name: "x-node-0"},
+						Message: `Error creating: pods "x-node-0-1-abcde" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=1, limited: pods=1`},
+				},
+			},
+			want:     CausePodsNotCreated,
+			contains: []string{"Job x-node-0 cannot make its children: Error creating", "exceeded quota"},
+		},
+		"an old refusal is no cause once every pod is there": {
+			tj: created,
+			tree: tree{
+				jobSet: trainerJobSet(1),
+				pods:   []corev1.Pod{pod("x-node-0-0", "node", scheduled)},
+				events: []corev1.Event{{Type: corev1.EventTypeWarning, Reason: "FailedCreate", Message: "exceeded quota"}},
+			},
+			want: CauseStarting,
 		},
 		"a gang that waits, with the scheduler's words": {
 			tj: created,

@@ -9,7 +9,6 @@ import (
 
 	"github.com/liggitt/tabwriter"
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -19,10 +18,6 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
-
-// listPage is how many TrainJobs one request of `list` reads: a namespace of thousands is read
-// in pages, as kubectl does.
-const listPage = 500
 
 type listOptions struct {
 	*Options
@@ -63,73 +58,22 @@ func (l *listOptions) run(ctx context.Context) error {
 		opts = append(opts, client.InNamespace(c.namespace))
 	}
 	t := newTable(l.Out, l.allNamespaces)
-	version, err := l.listAll(ctx, c, opts, t)
-	if err != nil {
-		return err
-	}
-	if !l.watch {
-		if t.rows == 0 {
-			fmt.Fprintln(l.ErrOut, noTrainJobs(l.allNamespaces, c.namespace))
-		}
-		return nil
-	}
-	for {
-		if version, err = l.follow(ctx, c, opts, version, t); err != nil {
-			return err
-		}
-	}
-}
-
-// listAll prints every TrainJob, a page at a time, and returns the list's resource version, from
-// which a watch follows.
-func (l *listOptions) listAll(ctx context.Context, c *clients, opts []client.ListOption, t *table) (string, error) {
-	var list trainer.TrainJobList
-	for cont := ""; ; {
-		if err := c.List(ctx, &list, append(opts, client.Limit(listPage), client.Continue(cont))...); err != nil {
-			return "", err
-		}
-		for i := range list.Items {
-			t.print(&list.Items[i], time.Now())
-		}
-		if cont = list.Continue; cont == "" {
-			return list.ResourceVersion, nil
-		}
-	}
-}
-
-// follow prints each TrainJob that changes from version on, until the watch ends; it returns
-// the version to go on from. A version too old to watch from (the API server keeps a few
-// minutes) lists everything again.
-func (l *listOptions) follow(ctx context.Context, c *clients, opts []client.ListOption, version string, t *table) (string, error) {
-	w, err := c.Watch(ctx, &trainer.TrainJobList{}, append(opts, &client.ListOptions{Raw: &metav1.ListOptions{
-		ResourceVersion: version, AllowWatchBookmarks: true}})...)
-	if err != nil {
-		return "", err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case e, ok := <-w.ResultChan():
-			if !ok {
-				return version, nil
+	err = trainJobWatcher{
+		listed: func(all []trainer.TrainJob) {
+			for i := range all {
+				t.print(&all[i], time.Now())
 			}
-			switch e.Type {
-			case watch.Error:
-				if apierrors.IsResourceExpired(apierrors.FromObject(e.Object)) || apierrors.IsGone(apierrors.FromObject(e.Object)) {
-					return l.listAll(ctx, c, opts, t)
-				}
-				return "", apierrors.FromObject(e.Object)
-			case watch.Bookmark:
-				version = e.Object.(*trainer.TrainJob).ResourceVersion
-			default:
-				tj := e.Object.(*trainer.TrainJob)
-				version = tj.ResourceVersion
-				t.print(tj, time.Now())
-			}
-		}
+			_ = t.w.Flush()
+		},
+		changed: func(_ watch.EventType, tj *trainer.TrainJob) {
+			t.print(tj, time.Now())
+			_ = t.w.Flush()
+		},
+	}.run(ctx, c, opts, l.watch)
+	if err == nil && t.rows == 0 {
+		fmt.Fprintln(l.ErrOut, noTrainJobs(l.allNamespaces, c.namespace))
 	}
+	return err
 }
 
 func noTrainJobs(all bool, ns string) string {
@@ -139,8 +83,8 @@ func noTrainJobs(all bool, ns string) string {
 	return fmt.Sprintf("No TrainJobs found in %s namespace.", ns)
 }
 
-// table prints TrainJobs as rows under one header, as kubectl get does; with a watch, each row
-// is flushed as it comes.
+// table prints TrainJobs as rows under one header, as kubectl get does: a list is aligned as a
+// whole, and with a watch each change is flushed as it comes.
 type table struct {
 	w             *tabwriter.Writer
 	allNamespaces bool
@@ -166,7 +110,6 @@ func (t *table) print(tj *trainer.TrainJob, now time.Time) {
 		row = append([]string{tj.Namespace}, row...)
 	}
 	fmt.Fprintln(t.w, strings.Join(row, "\t"))
-	_ = t.w.Flush()
 }
 
 func orNone(s string) string {

@@ -54,6 +54,15 @@ func newLogsCommand(o *Options) *cobra.Command {
 }
 
 func (l *logsOptions) run(ctx context.Context, name string) error {
+	c, err := l.clients()
+	if err != nil {
+		return err
+	}
+	return l.runWith(ctx, c, name)
+}
+
+// runWith prints the logs the options ask for, of the TrainJob name in c's namespace.
+func (l *logsOptions) runWith(ctx context.Context, c *clients, name string) error {
 	step := trainer.AncestorTrainer
 	switch l.initializer {
 	case "":
@@ -66,10 +75,6 @@ func (l *logsOptions) run(ctx context.Context, name string) error {
 	}
 	if l.all && l.initializer != "" {
 		return fmt.Errorf("--all and --initializer: an initializer has one pod, choose one of them")
-	}
-	c, err := l.clients()
-	if err != nil {
-		return err
 	}
 	ranks, err := l.await(ctx, c, name, step)
 	if err != nil {

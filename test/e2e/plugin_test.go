@@ -204,6 +204,23 @@ func TestThePluginSaysWhyATrainJobIsNotRunning(t *testing.T) {
 		}, 2*timeout, interval, "%s: %s", c.tj.Name, c.description)
 	}
 
+	// A namespace's ResourceQuota refuses the second pod: the Job controller's warning says so.
+	quotaNS := newNamespace(t)
+	require.NoError(t, k8sClient.Create(context.Background(), &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: quotaNS, Name: "pods"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
+	}))
+	createRuntime(t, quotaNS, "plain", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("100m")).Obj())
+	overQuota := createTrainJob(t, quotaNS, "over-quota", "plain", func(w *utiltesting.TrainJobWrapper) {
+		w.NumNodes(2)
+		w.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	})
+	require.EventuallyWithT(t, func(col *assert.CollectT) {
+		got := why(col, kubeconfig, overQuota)
+		assert.True(col, strings.HasPrefix(got, "PodsNotCreated: Job over-quota-node-0 cannot make its children"), "describe says %q", got)
+		assert.Contains(col, got, "exceeded quota")
+	}, 2*timeout, interval, "a quota refuses a pod")
+
 	// The tree names what was made: the gang's PodGroup, Kueue's Workload.
 	out, err := trainjobCLI(t, kubeconfig, ns, "describe", "gang")
 	require.NoError(t, err, out)

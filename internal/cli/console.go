@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+//go:embed console
+var consoleAssets embed.FS
+
+// consoleCookie holds the console's token in the browser once the printed URL was opened; the
+// port is in its name because a browser sends a host's cookies to each of its ports, and two
+// consoles (two users, two clusters) must not take each other's.
+func (s *consoleServer) cookie() string { return "trainjob-console-" + strconv.Itoa(s.port) }
+
+// consoleHeader must be on every request that changes something: a page of another site cannot
+// send it without the console's consent (CORS), so it cannot act with the user's credentials.
+const consoleHeader = "X-Trainjob-Console"
+
+type consoleOptions struct {
+	*Options
+	port          int
+	open          bool
+	allNamespaces bool
+}
+
+func newConsoleCommand(o *Options) *cobra.Command {
+	co := &consoleOptions{Options: o}
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console on 127.0.0.1: TrainJobs live, their progress, metrics, tree, events and logs",
+		Long: `console serves a web console on this machine only (127.0.0.1), with your kubeconfig's
+credentials: the TrainJobs you may list, live; per TrainJob its state timeline, progress and ETA,
+the metrics its trainer reports as charts (kept while the console runs), conditions, events, the
+tree of what was made for it, why it is not running, and its pods' logs; suspend, resume and
+delete, which the API server allows or refuses as it would kubectl.
+
+It prints a URL with a secret token: only a browser that opened it may use the console. It opens
+a browser only with --open.`,
+		Example: `  kubectl trainjob console
+  kubectl trainjob console -A --port 8765 --open`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return co.run(cmd.Context()) },
+	}
+	cmd.Flags().IntVar(&co.port, "port", 0, "The port to serve on, on 127.0.0.1; 0 picks a free one.")
+	cmd.Flags().BoolVar(&co.open, "open", false, "Open the console in a browser.")
+	cmd.Flags().BoolVarP(&co.allNamespaces, "all-namespaces", "A", false, "Show the TrainJobs of every namespace.")
+	return cmd
+}
+
+func (co *consoleOptions) run(ctx context.Context) error {
+	c, err := co.clients()
+	if err != nil {
+		return err
+	}
+	listener, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(co.port)))
+	if err != nil {
+		return fmt.Errorf("--port %d: %w", co.port, err)
+	}
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	scope := "namespace " + c.namespace
+	var opts []client.ListOption
+	if co.allNamespaces {
+		scope = "every namespace"
+	} else {
+		opts = append(opts, client.InNamespace(c.namespace))
+	}
+	port := listener.Addr().(*net.TCPAddr).Port
+	s := newConsoleServer(c, token, port, scope)
+	go s.hub.run(ctx, c, opts)
+	url := fmt.Sprintf("http://127.0.0.1:%d/?token=%s", port, token)
+	fmt.Fprintf(co.Out, "The console of the TrainJobs of %s is at\n\n  %s\n\nOnly this machine can reach it, and only with that URL. Ctrl-C stops it.\n", scope, url)
+	if co.open {
+		if err := openBrowser(url); err != nil {
+			fmt.Fprintf(co.ErrOut, "Opening a browser: %v; open the URL above.\n", err)
+		}
+	}
+	server := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+	if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func openBrowser(url string) error {
+	name, args := "xdg-open", []string{url}
+	switch runtime.GOOS {
+	case "darwin":
+		name = "open"
+	case "windows":
+		name, args = "rundll32", []string{"url.dll,FileProtocolHandler", url}
+	}
+	return exec.Command(name, args...).Start()
+}
+
+// consoleServer serves the console's page and its API. Every request must come from the
+// console's own origin (its Host is 127.0.0.1 or localhost at its port: no DNS rebinding) and
+// carry its token (the cookie set when the printed URL was opened); every change must also
+// carry consoleHeader and be a POST.
+type consoleServer struct {
+	c     *clients
+	token string
+	port  int
+	scope string
+	hub   *hub
+	mux   *http.ServeMux
+}
+
+func newConsoleServer(c *clients, token string, port int, scope string) *consoleServer {
+	s := &consoleServer{c: c, token: token, port: port, scope: scope, hub: newHub(), mux: http.NewServeMux()}
+	assets, _ := fs.Sub(consoleAssets, "console")
+	s.mux.Handle("GET /", http.FileServerFS(assets))
+	s.mux.HandleFunc("GET /api/stream", s.stream)
+	s.mux.HandleFunc("GET /api/trainjob", s.detail)
+	s.mux.HandleFunc("GET /api/logs", s.logs)
+	s.mux.HandleFunc("POST /api/action", s.action)
+	return s
+}
+
+func (s *consoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	if r.Host != fmt.Sprintf("127.0.0.1:%d", s.port) && r.Host != fmt.Sprintf("localhost:%d", s.port) {
+		http.Error(w, "This console answers only to http://127.0.0.1:"+strconv.Itoa(s.port), http.StatusForbidden)
+		return
+	}
+	if q := r.URL.Query().Get("token"); q != "" && r.URL.Path == "/" {
+		if !s.validToken(q) {
+			http.Error(w, "This is not the console's token: open the URL `kubectl trainjob console` printed.", http.StatusUnauthorized)
+			return
+		}
+		// The token goes into a cookie only this origin sends, and out of the address bar.
+		http.SetCookie(w, &http.Cookie{Name: s.cookie(), Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if cookie, err := r.Cookie(s.cookie()); err != nil || !s.validToken(cookie.Value) {
+		http.Error(w, "Open the URL `kubectl trainjob console` printed: it holds the console's token.", http.StatusUnauthorized)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		origin := r.Header.Get("Origin")
+		if r.Header.Get(consoleHeader) == "" || (origin != "" && origin != "http://"+r.Host) {
+			http.Error(w, "Changes come from the console's own page only.", http.StatusForbidden)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *consoleServer) validToken(t string) bool {
+	return subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
+}
