@@ -29,7 +29,8 @@ HELM_VERSION ?= v3.22.0
 ## The Kubernetes version helm assumes when it renders without a cluster (`helm template`,
 ## .Capabilities.KubeVersion): its client-go's, v0.37 for helm v3.22, as its own release build stamps.
 HELM_KUBE_VERSION ?= v1.37
-## promtool's: must match hack/tools/monitoring/go.mod (Prometheus 3.16's Go module version).
+## promtool's Prometheus, as its Go module is tagged (v0.3XX.Y for Prometheus 3.XX.Y; promtool
+## --version prints it so); must match hack/tools/monitoring/go.mod.
 PROMETHEUS_VERSION ?= v0.316.0
 
 ## Locations.
