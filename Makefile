@@ -67,7 +67,7 @@ verify: manifests generate fmt ## Fail when generated or formatted files differ 
 	@test -z "$$(git status --porcelain --untracked-files=all -- api config internal cmd $(CHART))" || { git status --porcelain --untracked-files=all -- api config internal cmd $(CHART); echo "Untracked generated files: commit them."; exit 1; }
 
 .PHONY: test
-test: test-integration test-e2e ## Run all the tests: unit, integration (envtest) and end-to-end (local cluster), then each fuzz target briefly.
+test: test-monitoring test-integration test-e2e ## Run all the tests: the alerts' and dashboard's checks, unit, integration (envtest) and end-to-end (local cluster), then each fuzz target briefly.
 	$(MAKE) fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 # How many inputs `make test` tries on each fuzz target beyond its seeds (a few seconds each here).
@@ -76,6 +76,18 @@ TEST_FUZZTIME ?= 5000x
 .PHONY: test-integration
 test-integration: manifests generate fmt vet envtest-assets kube-controller-manager helm ## Run the unit and integration (envtest) tests.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1
+
+# The alerts and the dashboard (config/prometheus, config/grafana): monitoring-check decodes the
+# dashboard with Grafana's schema, parses every query, and refuses a metric docs/metrics.md does not
+# list; it writes the PrometheusRule's groups, which promtool checks and runs the unit tests of
+# config/prometheus/tests against.
+.PHONY: test-monitoring
+test-monitoring: monitoring-tools ## Check the Grafana dashboard and the Prometheus alerts, and run the alerts' unit tests (promtool).
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+	$(MONITORING_CHECK) -metrics docs/metrics.md -dashboards config/grafana/trainjob-operator.json \
+	  -rules config/prometheus/rules.yaml -groups-out "$$dir/rules.yaml" && \
+	$(PROMTOOL) check rules "$$dir/rules.yaml" && \
+	cp config/prometheus/tests/*.yaml "$$dir/" && cd "$$dir" && $(PROMTOOL) test rules *_test.yaml
 
 .PHONY: test-e2e
 test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.

@@ -29,6 +29,9 @@ HELM_VERSION ?= v3.22.0
 ## The Kubernetes version helm assumes when it renders without a cluster (`helm template`,
 ## .Capabilities.KubeVersion): its client-go's, v0.37 for helm v3.22, as its own release build stamps.
 HELM_KUBE_VERSION ?= v1.37
+## promtool's Prometheus, as its Go module is tagged (v0.3XX.Y for Prometheus 3.XX.Y; promtool
+## --version prints it so); must match hack/tools/monitoring/go.mod.
+PROMETHEUS_VERSION ?= v0.316.0
 
 ## Locations.
 GO ?= go
@@ -51,6 +54,8 @@ IMAGES_TOOL ?= $(LOCALBIN)/image-archive
 IMAGES_DIR ?= $(LOCALBIN)/images
 KUEUE ?= $(LOCALBIN)/kueue
 METRICS_SERVER ?= $(LOCALBIN)/metrics-server
+PROMTOOL ?= $(LOCALBIN)/promtool
+MONITORING_CHECK ?= $(LOCALBIN)/monitoring-check
 # Folder for KUBEBUILDER_ASSETS: etcd, kube-apiserver and kubectl side by side.
 ENVTEST_ASSETS ?= $(LOCALBIN)
 
@@ -60,7 +65,7 @@ $(LOCALBIN):
 ##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
 
 .PHONY: controller-gen kustomize helm etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
-.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server
+.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server monitoring-tools
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
 kustomize: $(KUSTOMIZE) ## Build kustomize.
 helm: $(HELM) ## Build helm (the chart's checks and e2e install).
@@ -73,6 +78,7 @@ scheduler-plugins: $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER
 kwok: $(KWOK) ## Build KWOK (local cluster).
 kueue: $(KUEUE) ## Build Kueue (local cluster).
 metrics-server: $(METRICS_SERVER) ## Build metrics-server (local cluster: metrics.k8s.io for the HPA and kubectl top).
+monitoring-tools: $(PROMTOOL) $(MONITORING_CHECK) ## Build promtool and monitoring-check (make test-monitoring).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
 localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) $(KUEUE) $(METRICS_SERVER) ## Build every program of the local cluster (make run, make test-e2e).
 kubelet: $(KUBELET) ## Build kubelet (the local cluster's real node).
@@ -143,10 +149,10 @@ K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/
 
 ## Each module's programs build in one `go build`, which links one while it compiles
 ## the next; building modules side by side (make -j2) was measured slower on 2 cores.
-# go-build-programs: $(1) module dir, $(2) -ldflags, $(3) list of <file in bin/>=<package>
+# go-build-programs: $(1) module dir, $(2) -ldflags, $(3) list of <file in bin/>=<package>, $(4) more build flags
 define go-build-programs
 	rm -rf $(LOCALBIN)/.build-$(notdir $(1))
-	cd $(1) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(2)' -o $(LOCALBIN)/.build-$(notdir $(1))/ \
+	cd $(1) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath $(4) -ldflags '$(2)' -o $(LOCALBIN)/.build-$(notdir $(1))/ \
 	  $(foreach p,$(3),$(lastword $(subst =, ,$(p))))
 	$(foreach p,$(3),mv $(LOCALBIN)/.build-$(notdir $(1))/$(notdir $(lastword $(subst =, ,$(p)))) $(LOCALBIN)/$(firstword $(subst =, ,$(p)));)
 	rm -rf $(LOCALBIN)/.build-$(notdir $(1))
@@ -184,6 +190,17 @@ $(METRICS_SERVER): $(METRICS_SERVER_MOD)/go.mod $(METRICS_SERVER_MOD)/go.sum | $
 	$(call check-mod-version,$(METRICS_SERVER_MOD),sigs.k8s.io/metrics-server,$(METRICS_SERVER_VERSION))
 	$(call go-build-programs,$(METRICS_SERVER_MOD),-s -w -X k8s.io/client-go/pkg/version.gitVersion=$(METRICS_SERVER_VERSION),\
 	  metrics-server=sigs.k8s.io/metrics-server/cmd/metrics-server)
+
+## promtool, and monitoring-check (hack/tools/monitoring/main.go: the dashboard against Grafana's
+## schema, the PromQL of the dashboard and the alerts, their metric names against docs/metrics.md).
+## remove_all_sd leaves out promtool's service-discovery plugins (AWS, Azure, GCE, ...), which
+## checking and testing rules never use: half its size and build time.
+MONITORING_MOD := $(TOOLS_MOD_DIR)/monitoring
+$(PROMTOOL) $(MONITORING_CHECK) &: $(MONITORING_MOD)/go.mod $(MONITORING_MOD)/go.sum $(MONITORING_MOD)/main.go | $(LOCALBIN)
+	$(call check-mod-version,$(MONITORING_MOD),github.com/prometheus/prometheus,$(PROMETHEUS_VERSION))
+	$(call go-build-programs,$(MONITORING_MOD),-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_VERSION:v%=%),\
+	  promtool=github.com/prometheus/prometheus/cmd/promtool \
+	  monitoring-check=github.com/trainjob/operator/hack/tools/monitoring,-tags remove_all_sd)
 
 ## CoreDNS with the plugins the real node's pods need (hack/tools/coredns/main.go).
 COREDNS_MOD := $(TOOLS_MOD_DIR)/coredns

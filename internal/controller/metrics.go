@@ -10,12 +10,15 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/gang"
 	"github.com/trainjob/operator/internal/podfailure"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -126,12 +129,15 @@ func recordCreationFailure(fw framework.Framework, tj *trainer.TrainJob) {
 }
 
 // trainJobsCollector counts the TrainJobs in the manager's cache when the metrics are scraped:
-// by framework and state, and by runtime. Counting at scrape time cannot drift from the cluster.
+// by framework and state, and by runtime; it ages the oldest of each state that is not finished,
+// and the gangs that wait for their scheduler. Counting at scrape time cannot drift from the
+// cluster.
 type trainJobsCollector struct {
 	mu sync.Mutex
-	// trainJobs is the cache's store of TrainJobs, read in place: a List would copy each of them
-	// on every scrape.
+	// trainJobs and podGroups are the cache's stores, read in place: a List would copy each
+	// object on every scrape.
 	trainJobs  toolscache.Store
+	podGroups  []toolscache.Store
 	reader     client.Reader
 	frameworks []framework.Framework
 	leading    func() bool
@@ -144,40 +150,68 @@ var (
 	runtimeUsageDesc = prometheus.NewDesc("trainjob_runtime_trainjobs",
 		"TrainJobs in the cluster by the runtime they name (namespace is empty for a ClusterTrainingRuntime).",
 		[]string{"kind", "namespace", "name"}, nil)
+	oldestInStateDesc = prometheus.NewDesc("trainjob_oldest_in_state_seconds",
+		"Seconds the TrainJob longest in its state has been in it, by framework, for the states that are not finished: Pending since its creation, Created since it started, Running since its pods were all ready, Suspended since it was suspended.",
+		[]string{"framework", "state"}, nil)
+	gangsPastTimeoutDesc = prometheus.NewDesc("trainjob_gangs_past_timeout",
+		"TrainJobs' PodGroups whose scheduler has waited for the whole gang longer than its schedule timeout (coscheduling's scheduleTimeoutSeconds), by scheduler.",
+		[]string{"scheduler"}, nil)
+	gangOldestWaitDesc = prometheus.NewDesc("trainjob_gang_oldest_wait_seconds",
+		"Seconds the longest-waiting gang of started TrainJobs has waited for its scheduler to place it, by scheduler; 0 when none waits.",
+		[]string{"scheduler"}, nil)
 )
 
-// use makes the collector count the TrainJobs of a manager's cache, given its TrainJob informer,
-// while the manager leads (every replica would count the same TrainJobs); it reads their runtimes
-// from reader. A process that starts a new manager (the tests) points it at the new one.
-func (c *trainJobsCollector) use(informer cache.Informer, reader client.Reader, frameworks []framework.Framework, leading func() bool) error {
-	store, ok := informer.(interface{ GetStore() toolscache.Store })
-	if !ok {
-		return fmt.Errorf("the cache's TrainJob informer, a %T, has no store to count", informer)
+// use makes the collector count the TrainJobs of a manager's cache, given its TrainJob and
+// PodGroup informers, while the manager leads (every replica would count the same TrainJobs); it
+// reads their runtimes from reader. A process that starts a new manager (the tests) points it at
+// the new one.
+func (c *trainJobsCollector) use(trainJobs cache.Informer, podGroups []cache.Informer, reader client.Reader, frameworks []framework.Framework, leading func() bool) error {
+	store := func(informer cache.Informer) (toolscache.Store, error) {
+		s, ok := informer.(interface{ GetStore() toolscache.Store })
+		if !ok {
+			return nil, fmt.Errorf("the cache's informer, a %T, has no store to count", informer)
+		}
+		return s.GetStore(), nil
+	}
+	tjs, err := store(trainJobs)
+	if err != nil {
+		return err
+	}
+	pgs := make([]toolscache.Store, len(podGroups))
+	for i, informer := range podGroups {
+		if pgs[i], err = store(informer); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.trainJobs, c.reader, c.frameworks, c.leading = store.GetStore(), reader, frameworks, leading
+	c.trainJobs, c.podGroups, c.reader, c.frameworks, c.leading = tjs, pgs, reader, frameworks, leading
 	return nil
 }
 
 func (c *trainJobsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- trainJobsDesc
 	ch <- runtimeUsageDesc
+	ch <- oldestInStateDesc
+	ch <- gangsPastTimeoutDesc
+	ch <- gangOldestWaitDesc
 }
 
 func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	store, reader, frameworks, leading := c.trainJobs, c.reader, c.frameworks, c.leading
+	store, podGroups, reader, frameworks, leading := c.trainJobs, c.podGroups, c.reader, c.frameworks, c.leading
 	c.mu.Unlock()
 	if store == nil || !leading() {
 		return
 	}
 	ctx := context.Background()
+	now := time.Now()
 	type runtimeKey struct{ kind, namespace, name string }
 	type stateKey struct{ framework, state string }
 	frameworkOf := map[runtimeKey]string{}
 	byRuntime := map[runtimeKey]float64{}
 	byState := map[stateKey]float64{}
+	oldest := map[stateKey]time.Time{}
 	// The cache's own objects, read and never changed.
 	for _, obj := range store.List() {
 		tj, ok := obj.(*trainer.TrainJob)
@@ -196,7 +230,11 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 			frameworkOf[key] = fw
 		}
 		s := statusState(&tj.Status)
-		byState[stateKey{fw, s}]++
+		k := stateKey{fw, s}
+		byState[k]++
+		if since, ok := stateSince(tj, s); ok && (oldest[k].IsZero() || since.Before(oldest[k])) {
+			oldest[k] = since
+		}
 	}
 	for k, n := range byState {
 		ch <- prometheus.MustNewConstMetric(trainJobsDesc, prometheus.GaugeValue, n, k.framework, k.state)
@@ -204,6 +242,75 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range byRuntime {
 		ch <- prometheus.MustNewConstMetric(runtimeUsageDesc, prometheus.GaugeValue, n, k.kind, k.namespace, k.name)
 	}
+	for k, since := range oldest {
+		ch <- prometheus.MustNewConstMetric(oldestInStateDesc, prometheus.GaugeValue, now.Sub(since).Seconds(), k.framework, k.state)
+	}
+	for _, pgs := range podGroups {
+		collectGangWaits(ch, pgs, store, now)
+	}
+}
+
+// collectGangWaits ages the gangs of a store of PodGroups (of one kind, so of one scheduler)
+// that wait for their scheduler. Each waits since its TrainJob started (its PodGroup may be made
+// while the TrainJob is suspended, or queued by Kueue: then nothing waits for the scheduler), or
+// since its PodGroup was made, if later.
+func collectGangWaits(ch chan<- prometheus.Metric, podGroups, trainJobs toolscache.Store, now time.Time) {
+	scheduler := ""
+	var longest time.Duration
+	pastTimeout, timed := 0.0, false
+	for _, obj := range podGroups.List() {
+		g := gangPhase(obj)
+		scheduler = g.scheduler
+		timeout, ok := gangTimeout(obj)
+		timed = timed || ok
+		if g.running || g.waiting == "" {
+			continue
+		}
+		pg := obj.(client.Object)
+		since := pg.GetCreationTimestamp().Time
+		if tj := ownerTrainJob(trainJobs, pg); tj != nil {
+			if ptr.Deref(tj.Spec.Suspend, false) {
+				continue
+			}
+			if started := startedAt(tj).Time; started.After(since) {
+				since = started
+			}
+		}
+		waited := now.Sub(since)
+		longest = max(longest, waited)
+		if ok && waited > timeout {
+			pastTimeout++
+		}
+	}
+	if scheduler == "" {
+		return // No PodGroup of this kind: nothing says its scheduler's name.
+	}
+	ch <- prometheus.MustNewConstMetric(gangOldestWaitDesc, prometheus.GaugeValue, longest.Seconds(), scheduler)
+	if timed {
+		ch <- prometheus.MustNewConstMetric(gangsPastTimeoutDesc, prometheus.GaugeValue, pastTimeout, scheduler)
+	}
+}
+
+// gangTimeout is how long a PodGroup's scheduler waits for its whole gang before it gives up on
+// the pods it holds: coscheduling's scheduleTimeoutSeconds. Volcano has none: it waits.
+func gangTimeout(obj any) (time.Duration, bool) {
+	if pg, ok := obj.(*schedulerpluginsv1alpha1.PodGroup); ok {
+		return time.Duration(ptr.Deref(pg.Spec.ScheduleTimeoutSeconds, gang.DefaultScheduleTimeoutSeconds)) * time.Second, true
+	}
+	return 0, false
+}
+
+// ownerTrainJob is the cached TrainJob that owns a PodGroup, or nil.
+func ownerTrainJob(trainJobs toolscache.Store, pg client.Object) *trainer.TrainJob {
+	owner := metav1.GetControllerOf(pg)
+	if owner == nil || owner.Kind != trainer.TrainJobKind {
+		return nil
+	}
+	obj, ok, _ := trainJobs.GetByKey(pg.GetNamespace() + "/" + owner.Name)
+	if tj, _ := obj.(*trainer.TrainJob); ok && tj != nil && tj.UID == owner.UID {
+		return tj
+	}
+	return nil
 }
 
 // frameworkName names the framework controller that runs a TrainJob, for a metric's label: the

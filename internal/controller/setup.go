@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -146,6 +147,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err != nil {
 		return err
 	}
+	var podGroupInformers []cache.Informer
 	for _, pg := range podGroups {
 		gvk, _ := apiutil.GVKForObject(pg, mgr.GetScheme())
 		mgr.GetLogger().Info("PodGroup CRD found: gang scheduling with it is on", "kind", gvk.String())
@@ -156,6 +158,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		if err := watchGangs(informer, recorders.For("trainer.kubeflow.org/"+gangController), leading); err != nil {
 			return err
 		}
+		podGroupInformers = append(podGroupInformers, informer)
 	}
 	jobInformer, err := mgr.GetCache().GetInformer(ctx, &batchv1.Job{})
 	if err != nil {
@@ -176,7 +179,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err := mgr.Add(failures); err != nil {
 		return err
 	}
-	if err := trainJobs.use(trainJobInformer, mgr.GetCache(), frameworks, leading); err != nil {
+	if err := trainJobs.use(trainJobInformer, podGroupInformers, mgr.GetCache(), frameworks, leading); err != nil {
 		return err
 	}
 	jobSets, err := jobsetclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())

@@ -108,6 +108,39 @@ func startedAt(tj *trainer.TrainJob) metav1.Time {
 	return tj.CreationTimestamp
 }
 
+// stateSince is when the TrainJob entered state, its state, as its status tells it, for a state
+// that is not finished: Pending since its creation (it is Pending only until its first JobSet);
+// Suspended since its Suspended condition last changed; Running since status.readyTime; Created
+// since it last started (startedAt), or, for a training that ran since, since its Running
+// condition turned False. Under upstream's conditions no condition records that: ok is false for
+// such a TrainJob (its pods were all ready once since it started and are not now: a restart).
+func stateSince(tj *trainer.TrainJob, state string) (since time.Time, ok bool) {
+	s := &tj.Status
+	switch state {
+	case trainer.TrainJobPending:
+		return tj.CreationTimestamp.Time, true
+	case trainer.TrainJobSuspended:
+		if c := apimeta.FindStatusCondition(s.Conditions, trainer.TrainJobSuspended); c != nil {
+			return c.LastTransitionTime.Time, true
+		}
+		return tj.CreationTimestamp.Time, true
+	case trainer.TrainJobRunning:
+		if s.ReadyTime != nil {
+			return s.ReadyTime.Time, true
+		}
+		return startedAt(tj).Time, true
+	case trainer.TrainJobCreated:
+		started := startedAt(tj)
+		if s.ReadyTime == nil || s.ReadyTime.Before(&started) {
+			return started.Time, true
+		}
+		if c := apimeta.FindStatusCondition(s.Conditions, trainer.TrainJobRunning); c != nil && c.Status == metav1.ConditionFalse {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // stateOf is status.state as the conditions set in memory say it, with the reason of the
 // condition that says it: the first of stateConditions that is True, else Pending. Under
 // upstream's conditions a JobSet made earlier has no Created condition written: a reconcile that

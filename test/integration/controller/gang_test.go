@@ -85,6 +85,42 @@ func TestCoschedulingPodGroupComesBeforeTheJobSet(t *testing.T) {
 	}, timeout, interval, "the garbage collector did not delete the PodGroup")
 }
 
+// A gang its scheduler cannot place is reported once it has waited past its timeout, from when
+// its scheduler says it waits, and no longer once it runs.
+func TestAGangPastItsTimeoutIsReported(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](1)}})
+	tj := utiltesting.MakeTrainJob("late", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	pastTimeout := func(c require.TestingT) float64 {
+		v, _ := metricValue(c, "trainjob_gangs_past_timeout", "scheduler", "coscheduling")
+		return v
+	}
+	// Nothing else in the suite says a gang waits.
+	require.Zero(t, pastTimeout(t), "a gang whose scheduler says nothing waits")
+
+	// Its scheduler's controller says that all its pods exist and not all run.
+	setPhase := func(phase schedulerpluginsv1alpha1.PodGroupPhase) {
+		pg := &schedulerpluginsv1alpha1.PodGroup{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+		pg.Status.Phase = phase
+		require.NoError(t, k8sClient.Status().Update(ctx, pg))
+	}
+	setPhase(schedulerpluginsv1alpha1.PodGroupScheduling)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 1.0, pastTimeout(c))
+		waited, _ := metricValue(c, "trainjob_gang_oldest_wait_seconds", "scheduler", "coscheduling")
+		assert.Greater(c, waited, 1.0)
+	}, timeout, interval, "the gang past its timeout was not reported")
+
+	setPhase(schedulerpluginsv1alpha1.PodGroupRunning)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Zero(c, pastTimeout(c))
+	}, timeout, interval, "a gang that runs is still reported")
+}
+
 func TestVolcanoPodGroup(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)

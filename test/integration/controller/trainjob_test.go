@@ -517,24 +517,31 @@ func TestARefusedJobSetIsNotRetried(t *testing.T) {
 }
 
 // reconcileErrors is how many reconciles of a controller returned an error, from the manager's
-// metrics (it runs in this process).
+// metrics.
 func reconcileErrors(t *testing.T, controllerName string) float64 {
 	t.Helper()
+	value, _ := metricValue(t, "controller_runtime_reconcile_errors_total", "controller", controllerName)
+	return value
+}
+
+// metricValue is the value of the counter or gauge name whose label is value, from the manager's
+// metrics (it runs in this process); ok is false when there is no such series.
+func metricValue(t require.TestingT, name, label, value string) (v float64, ok bool) {
 	families, err := ctrlmetrics.Registry.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_errors_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controllerName {
-					return m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
 				}
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // Runtimes are blueprints: editing one does not touch the JobSets of TrainJobs that wait
