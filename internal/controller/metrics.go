@@ -259,11 +259,11 @@ func collectGangWaits(ch chan<- prometheus.Metric, podGroups, trainJobs toolscac
 	var longest time.Duration
 	pastTimeout, timed := 0.0, false
 	for _, obj := range podGroups.List() {
-		g := gangPhase(obj)
-		scheduler = g.scheduler
+		g := gang.StateOf(obj)
+		scheduler = g.Scheduler
 		timeout, ok := gangTimeout(obj)
 		timed = timed || ok
-		if g.running || g.waiting == "" {
+		if g.Running || g.Waiting == "" {
 			continue
 		}
 		pg := obj.(client.Object)
