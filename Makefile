@@ -91,7 +91,12 @@ test-monitoring: monitoring-tools ## Check the Grafana dashboard and the Prometh
 
 .PHONY: test-e2e
 test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m $(E2E_ARGS)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 30m $(E2E_ARGS)
+
+.PHONY: console-screenshots
+console-screenshots: localcluster-assets realnode-assets ## Take the web console's screenshots of docs/console.md again (docs/images), from its e2e tests in headless Chromium.
+	mkdir -p docs/images
+	CONSOLE_SCREENSHOTS=docs/images KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m -run 'TestTheConsole'
 
 .PHONY: test-torchrun
 test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torchrun (Debian's python3-torch) on the real node: a 2-node gloo all-reduce under the operator's PET_* wiring, and an elastic training scaled from 1 node to 2 while it trains. Not in make test: its image is 1.2 GB.

@@ -297,7 +297,8 @@ function renderLogSources(d) {
     sel.replaceChildren(...options.map(([v, t]) => el('option', { value: v }, t)));
     if (options.some((o) => o[0] === state.logSource)) sel.value = state.logSource;
   }
-  if (!state.logSource && options.length) openLogs(sel.value);
+  if (!options.length) $('log-status').textContent = 'No pods to read the logs of yet.';
+  else if (!state.logSource) openLogs(sel.value);
 }
 
 function closeLogs() {
