@@ -81,7 +81,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use: "trainjob",
 		// kubectl runs kubectl-trainjob as `kubectl trainjob`: the help says so.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trainjob"},
-		Short: "See and steer Kubeflow TrainJobs: list, describe, logs, progress, suspend, resume, rerun",
+		Short:       "See and steer Kubeflow TrainJobs: list, describe, logs, progress, suspend, resume, rerun",
 		Long: `kubectl trainjob shows the TrainJobs of a cluster and what became of them.
 
 It reads your kubeconfig as kubectl does, and acts with your credentials: it can see and change
