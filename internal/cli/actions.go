@@ -48,11 +48,11 @@ suspends (or queues) the TrainJob.`,
 			if err != nil {
 				return err
 			}
-			msg, err := setSuspended(cmd.Context(), c, types.NamespacedName{Namespace: c.namespace, Name: args[0]}, suspend)
+			msg, err := setSuspended(cmd.Context(), c, types.NamespacedName{Namespace: c.namespace, Name: args[0]}, "", suspend)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(o.Out, msg)
+			fmt.Fprintln(o.Out, printable(msg))
 			return nil
 		},
 	}
@@ -60,12 +60,17 @@ suspends (or queues) the TrainJob.`,
 
 // setSuspended suspends or resumes a TrainJob and says what it did: through spec.suspend, or
 // for one in a Kueue queue through its Workload's spec.active.
-func setSuspended(ctx context.Context, c *clients, key types.NamespacedName, suspend bool) (string, error) {
+// With a uid, only the TrainJob of that UID is changed: the console's page may show one that was
+// deleted and made again since.
+func setSuspended(ctx context.Context, c *clients, key types.NamespacedName, uid types.UID, suspend bool) (string, error) {
 	t := &tree{tj: &trainer.TrainJob{}}
 	if err := c.Get(ctx, key, t.tj); err != nil {
 		return "", err
 	}
 	tj := t.tj
+	if uid != "" && tj.UID != uid {
+		return "", sameNameError(key)
+	}
 	verb := map[bool]string{true: "suspended", false: "resumed"}[suspend]
 	if c := tj.FinishedCondition(); c != nil {
 		return "", fmt.Errorf("TrainJob %s has finished (%s): it cannot be %s; `kubectl trainjob rerun %s` runs it again", tj.Name, c.Type, verb, tj.Name)
@@ -82,8 +87,12 @@ func setSuspended(ctx context.Context, c *clients, key types.NamespacedName, sus
 			return "", fmt.Errorf("TrainJob %s is in Kueue's queue %q, which suspends and resumes it, and Kueue has made no Workload for it yet: is Kueue running?", tj.Name, queue)
 		}
 		active, found, _ := unstructured.NestedBool(t.workload.Object, "spec", "active")
-		if (!found || active) == !suspend {
-			return fmt.Sprintf("%s already %s (Kueue Workload %s is %s)", ref, verb, t.workload.GetName(), map[bool]string{true: "active", false: "inactive"}[!suspend]), nil
+		switch {
+		case (!found || active) && !suspend:
+			return fmt.Sprintf("%s is queued: its Kueue Workload %s is active, and Kueue runs it once it admits it (kubectl trainjob describe %s says why it waits)",
+				ref, t.workload.GetName(), tj.Name), nil
+		case found && !active && suspend:
+			return fmt.Sprintf("%s already suspended (Kueue Workload %s is inactive)", ref, t.workload.GetName()), nil
 		}
 		patch := fmt.Appendf(nil, `{"spec":{"active":%t}}`, !suspend)
 		if err := c.Patch(ctx, t.workload, client.RawPatch(types.MergePatchType, patch)); err != nil {
@@ -94,11 +103,19 @@ func setSuspended(ctx context.Context, c *clients, key types.NamespacedName, sus
 	if ptr.Deref(tj.Spec.Suspend, false) == suspend {
 		return ref + " already " + verb, nil
 	}
-	patch := fmt.Appendf(nil, `{"spec":{"suspend":%t}}`, suspend)
-	if err := c.Patch(ctx, tj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	// A JSON patch that holds only for this TrainJob, not one made again under its name since.
+	patch := fmt.Appendf(nil, `[{"op":"test","path":"/metadata/uid","value":%q},{"op":"add","path":"/spec/suspend","value":%t}]`, tj.UID, suspend)
+	if err := c.Patch(ctx, tj, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		if apierrors.IsInvalid(err) && uid != "" {
+			return "", sameNameError(key)
+		}
 		return "", err
 	}
 	return ref + " " + verb, nil
+}
+
+func sameNameError(key types.NamespacedName) error {
+	return fmt.Errorf("TrainJob %s was deleted and made again since the page showed it: nothing was changed; look at it again first", key)
 }
 
 type rerunOptions struct {
@@ -121,6 +138,9 @@ func newRerunCommand(o *Options) *cobra.Command {
 			c, err := o.clients()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("name") && r.name == "" {
+				return fmt.Errorf("--name is empty: give the new TrainJob's name, or leave --name out for %s-rerun-<n>", args[0])
 			}
 			tj, err := rerun(cmd.Context(), c, types.NamespacedName{Namespace: c.namespace, Name: args[0]}, r.name)
 			if err != nil {
@@ -165,20 +185,26 @@ func rerun(ctx context.Context, c *clients, key types.NamespacedName, name strin
 	return nil, fmt.Errorf("%s-rerun-1 to -%d exist: --name chooses another name", base, maxReruns)
 }
 
+// authorsKueueLabels are the Kueue labels a TrainJob's author writes: its queue and priority.
+// Kueue writes the others (a prebuilt Workload's name, MultiKueue's origin), which tie a
+// TrainJob to what Kueue made for it.
+var authorsKueueLabels = map[string]bool{trainer.KueueQueueLabel: true, "kueue.x-k8s.io/priority-class": true}
+
 // rerunOf is a new TrainJob of old's spec, labels and annotations: what its author wrote, not
-// what others wrote into it since (Kueue's runtimePatches, kubectl's last applied configuration,
-// a suspension).
+// what others wrote into it since (Kueue's labels, annotations and runtimePatches, kubectl's
+// last applied configuration, a suspension).
 func rerunOf(old *trainer.TrainJob) *trainer.TrainJob {
 	tj := &trainer.TrainJob{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   old.Namespace,
-			Labels:      old.Labels,
-			Annotations: map[string]string{},
-		},
-		Spec: *old.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Labels: map[string]string{}, Annotations: map[string]string{}},
+		Spec:       *old.Spec.DeepCopy(),
+	}
+	for k, v := range old.Labels {
+		if !strings.HasPrefix(k, kueueManager) || authorsKueueLabels[k] {
+			tj.Labels[k] = v
+		}
 	}
 	for k, v := range old.Annotations {
-		if k != "kubectl.kubernetes.io/last-applied-configuration" {
+		if k != "kubectl.kubernetes.io/last-applied-configuration" && !strings.HasPrefix(k, kueueManager) {
 			tj.Annotations[k] = v
 		}
 	}

@@ -114,7 +114,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		if !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(stderr, "error:", err)
+			fmt.Fprintln(stderr, "error:", printable(err.Error()))
 		}
 		return 1
 	}

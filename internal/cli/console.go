@@ -11,9 +11,11 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,11 +24,6 @@ import (
 
 //go:embed console
 var consoleAssets embed.FS
-
-// consoleCookie holds the console's token in the browser once the printed URL was opened; the
-// port is in its name because a browser sends a host's cookies to each of its ports, and two
-// consoles (two users, two clusters) must not take each other's.
-func (s *consoleServer) cookie() string { return "trainjob-console-" + strconv.Itoa(s.port) }
 
 // consoleHeader must be on every request that changes something: a page of another site cannot
 // send it without the console's consent (CORS), so it cannot act with the user's credentials.
@@ -86,7 +83,7 @@ func (co *consoleOptions) run(ctx context.Context) error {
 	port := listener.Addr().(*net.TCPAddr).Port
 	s := newConsoleServer(c, token, port, scope)
 	go s.hub.run(ctx, c, opts)
-	url := fmt.Sprintf("http://127.0.0.1:%d/?token=%s", port, token)
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, s.prefix())
 	fmt.Fprintf(co.Out, "The console of the TrainJobs of %s is at\n\n  %s\n\nOnly this machine can reach it, and only with that URL. Ctrl-C stops it.\n", scope, url)
 	if co.open {
 		if err := openBrowser(url); err != nil {
@@ -114,21 +111,46 @@ func newToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
+// openBrowser opens the URL in the user's browser through a file only the user may read, which
+// sends the browser on: a URL on a command line is there for every local user to read (ps), and
+// this one holds the console's token.
 func openBrowser(url string) error {
-	name, args := "xdg-open", []string{url}
+	f, err := os.CreateTemp("", "trainjob-console-*.html")
+	if err != nil {
+		return err
+	}
+	page := fmt.Sprintf(`<!doctype html><meta http-equiv="refresh" content="0;url=%s"><a href="%s">Open the console</a>`, url, url)
+	if _, err := f.WriteString(page); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	name, args := "xdg-open", []string{f.Name()}
 	switch runtime.GOOS {
 	case "darwin":
 		name = "open"
 	case "windows":
-		name, args = "rundll32", []string{"url.dll,FileProtocolHandler", url}
+		name, args = "rundll32", []string{"url.dll,FileProtocolHandler", f.Name()}
 	}
-	return exec.Command(name, args...).Start()
+	cmd := exec.Command(name, args...)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		_ = cmd.Wait()
+		time.Sleep(time.Minute) // the browser has read it by now
+		_ = os.Remove(f.Name())
+	}()
+	return nil
 }
 
-// consoleServer serves the console's page and its API. Every request must come from the
-// console's own origin (its Host is 127.0.0.1 or localhost at its port: no DNS rebinding) and
-// carry its token (the cookie set when the printed URL was opened); every change must also
-// carry consoleHeader and be a POST.
+// consoleServer serves the console's page and its API under a path that holds its token,
+// /s/<token>/: no cookie, which a browser would send to every other server on 127.0.0.1 (cookies
+// ignore ports), and no Referer (the policy is no-referrer). Every request must also come from
+// the console's own origin (its Host is 127.0.0.1 or localhost at its port: no DNS rebinding);
+// every change must be a POST that carries consoleHeader, and the console's Origin when the
+// browser sends one (no cross-site requests).
 type consoleServer struct {
 	c     *clients
 	token string
@@ -159,18 +181,13 @@ func (s *consoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "This console answers only to http://127.0.0.1:"+strconv.Itoa(s.port), http.StatusForbidden)
 		return
 	}
-	if q := r.URL.Query().Get("token"); q != "" && r.URL.Path == "/" {
-		if !s.validToken(q) {
-			http.Error(w, "This is not the console's token: open the URL `kubectl trainjob console` printed.", http.StatusUnauthorized)
-			return
-		}
-		// The token goes into a cookie only this origin sends, and out of the address bar.
-		http.SetCookie(w, &http.Cookie{Name: s.cookie(), Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-		http.Redirect(w, r, "/", http.StatusSeeOther)
+	rest, ok := s.authorized(r.URL.Path)
+	if !ok {
+		http.Error(w, "Open the URL `kubectl trainjob console` printed: it holds the console's token.", http.StatusUnauthorized)
 		return
 	}
-	if cookie, err := r.Cookie(s.cookie()); err != nil || !s.validToken(cookie.Value) {
-		http.Error(w, "Open the URL `kubectl trainjob console` printed: it holds the console's token.", http.StatusUnauthorized)
+	if rest == "" {
+		http.Redirect(w, r, s.prefix(), http.StatusSeeOther) // relative links need the slash
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -180,9 +197,27 @@ func (s *consoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	r = r.Clone(r.Context())
+	r.URL.Path, r.URL.RawPath = rest, ""
 	s.mux.ServeHTTP(w, r)
 }
 
-func (s *consoleServer) validToken(t string) bool {
-	return subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
+// prefix is the path the console serves under: /s/<token>/.
+func (s *consoleServer) prefix() string { return "/s/" + s.token + "/" }
+
+// authorized tells whether a path is under the console's token, and what follows the token
+// ("" when nothing does, not even the slash).
+func (s *consoleServer) authorized(path string) (rest string, ok bool) {
+	after, found := strings.CutPrefix(path, "/s/")
+	if !found {
+		return "", false
+	}
+	token, rest, _ := strings.Cut(after, "/")
+	if subtle.ConstantTimeCompare([]byte(token), []byte(s.token)) != 1 {
+		return "", false
+	}
+	if rest == "" && !strings.HasSuffix(after, "/") {
+		return "", true
+	}
+	return "/" + rest, true
 }

@@ -168,11 +168,14 @@ func (s *consoleServer) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	l := &logsOptions{follow: q.Get("follow") == "true", initializer: q.Get("initializer"), tail: -1}
+	l := &logsOptions{follow: q.Get("follow") == "true", initializer: q.Get("initializer"), tail: -1, lines: true}
 	if q.Get("rank") == "all" {
 		l.all = true
-	} else if rank, err := strconv.Atoi(cmp.Or(q.Get("rank"), "0")); err == nil {
+	} else if rank, err := strconv.Atoi(cmp.Or(q.Get("rank"), "0")); err == nil && rank >= 0 {
 		l.rank = rank
+	} else {
+		http.Error(w, fmt.Sprintf("rank %q: a rank is a number from 0, or all", q.Get("rank")), http.StatusBadRequest)
+		return
 	}
 	if tail, err := strconv.ParseInt(q.Get("tail"), 10, 64); err == nil {
 		l.tail = tail
@@ -218,23 +221,31 @@ func (w *sseWriter) Write(p []byte) (int, error) {
 // allows it or says why not, and the page shows its words.
 func (s *consoleServer) action(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-		Action    string `json:"action"`
+		Namespace string    `json:"namespace"`
+		Name      string    `json:"name"`
+		UID       types.UID `json:"uid"`
+		Action    string    `json:"action"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "a request is {namespace, name, action}: " + err.Error()})
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req)
+	if err == nil && req.UID == "" {
+		err = errors.New("uid is missing")
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "a request is {namespace, name, uid, action}: " + err.Error()})
 		return
 	}
 	key := types.NamespacedName{Namespace: req.Namespace, Name: req.Name}
 	var msg string
-	var err error
 	switch req.Action {
 	case "suspend", "resume":
-		msg, err = setSuspended(r.Context(), s.c, key, req.Action == "suspend")
+		msg, err = setSuspended(r.Context(), s.c, key, req.UID, req.Action == "suspend")
 	case "delete":
 		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
-		if err = s.c.Delete(r.Context(), tj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err == nil {
+		err = s.c.Delete(r.Context(), tj, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &req.UID})
+		switch {
+		case apierrors.IsConflict(err):
+			err = sameNameError(key)
+		case err == nil:
 			msg = "trainjob.trainer.kubeflow.org/" + req.Name + " deleted"
 		}
 	default:

@@ -24,13 +24,18 @@ const (
 	// subscriberBuffer is how many updates a browser may lag behind before it is dropped (its
 	// EventSource connects again and gets a fresh snapshot).
 	subscriberBuffer = 1024
-	// watchRetry is how long the console waits to list again after its watch failed.
-	watchRetry = 5 * time.Second
+	// How long the console waits to list again after its list or watch failed: longer each time
+	// it fails again, so that a user who may list but not watch costs the API server little.
+	watchRetry    = 5 * time.Second
+	maxWatchRetry = 5 * time.Minute
+	// maxStates is how many changes of state the console keeps per TrainJob.
+	maxStates = 200
 )
 
 // summary is a TrainJob as the console's list shows it.
 type summary struct {
 	Key       string    `json:"key"`
+	UID       string    `json:"uid"`
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
 	State     string    `json:"state"`
@@ -50,7 +55,7 @@ type summary struct {
 
 func summarize(tj *trainer.TrainJob) summary {
 	s := summary{
-		Key: tj.Namespace + "/" + tj.Name, Namespace: tj.Namespace, Name: tj.Name,
+		Key: tj.Namespace + "/" + tj.Name, UID: string(tj.UID), Namespace: tj.Namespace, Name: tj.Name,
 		State: tj.Status.State, Ready: tj.Status.Ready, Runtime: runtimeText(tj.Spec.RuntimeRef),
 		Created: tj.CreationTimestamp.Time, Finished: tj.Finished(), Suspended: ptr.Deref(tj.Spec.Suspend, false),
 		Queue: tj.Labels[trainer.KueueQueueLabel],
@@ -111,21 +116,39 @@ func newHub() *hub {
 // user may not list TrainJobs there, the API server is away) it says so to the browsers and
 // tries again.
 func (h *hub) run(ctx context.Context, c *clients, opts []client.ListOption) {
+	retry := watchRetry
 	for {
-		err := trainJobWatcher{listed: h.listed, changed: h.changed}.run(ctx, c, opts, true)
+		began := time.Now()
+		err := trainJobWatcher{listed: h.listed, changed: h.changed, watching: h.watching}.run(ctx, c, opts, true)
 		if ctx.Err() != nil {
 			return
 		}
-		h.mu.Lock()
-		h.problem = err.Error()
-		h.broadcast("problem", map[string]string{"message": h.problem})
-		h.mu.Unlock()
+		h.tell(err.Error())
+		if time.Since(began) > maxWatchRetry {
+			retry = watchRetry // it worked for a while: a new trouble
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(watchRetry):
+		case <-time.After(retry):
 		}
+		retry = min(2*retry, maxWatchRetry)
 	}
+}
+
+// watching clears the problem once a watch has begun: the console is in step again.
+func (h *hub) watching() { h.tell("") }
+
+// tell says to every browser what keeps the console from following the cluster, or that
+// nothing does any longer.
+func (h *hub) tell(problem string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if problem == h.problem {
+		return
+	}
+	h.problem = problem
+	h.broadcast("problem", map[string]string{"message": problem})
 }
 
 func (h *hub) listed(all []trainer.TrainJob) {
@@ -140,7 +163,6 @@ func (h *hub) listed(all []trainer.TrainJob) {
 			delete(h.jobs, key)
 		}
 	}
-	h.problem = ""
 	h.broadcast("snapshot", h.snapshotLocked())
 }
 
@@ -184,6 +206,9 @@ func (h *hub) observe(tj *trainer.TrainJob) string {
 	} else if state != t.state {
 		t.state = state
 		t.states = append(t.states, mark{Time: time.Now(), What: state})
+		if len(t.states) > maxStates {
+			t.states = slices.Delete(t.states, 0, len(t.states)-maxStates)
+		}
 	}
 	return s.Key
 }

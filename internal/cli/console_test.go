@@ -16,9 +16,9 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
-// TestTheConsoleAnswersOnlyItsOwnPage checks the console's doors without a cluster: the token,
-// its cookie, the Host (DNS rebinding), and the header and Origin a change needs (cross-site
-// requests).
+// TestTheConsoleAnswersOnlyItsOwnPage checks the console's doors without a cluster: the token in
+// the path (no cookie, which a browser would send to every port of 127.0.0.1), the Host (DNS
+// rebinding), and the header and Origin a change needs (cross-site requests).
 func TestTheConsoleAnswersOnlyItsOwnPage(t *testing.T) {
 	s := newConsoleServer(nil, "s3cret", 1234, "namespace ns")
 	do := func(method, target, host string, headers map[string]string) *httptest.ResponseRecorder {
@@ -32,53 +32,40 @@ func TestTheConsoleAnswersOnlyItsOwnPage(t *testing.T) {
 		return w
 	}
 	const own = "127.0.0.1:1234"
-	cookie := map[string]string{"Cookie": "trainjob-console-1234=s3cret"}
-	with := func(more map[string]string) map[string]string {
-		h := map[string]string{}
-		for k, v := range cookie {
-			h[k] = v
-		}
-		for k, v := range more {
-			h[k] = v
-		}
-		return h
+
+	for _, path := range []string{"/", "/app.js", "/api/stream", "/s/", "/s/guess/", "/s/s3cre/", "/s/s3cretX/", "/S/s3cret/", "/?token=s3cret", "/app.js?s=/s/s3cret/"} {
+		assert.Equal(t, http.StatusUnauthorized, do("GET", path, own, nil).Code, path)
 	}
+	assert.Equal(t, "/s/s3cret/", s.prefix())
+	bare := do("GET", "/s/s3cret", own, nil)
+	assert.Equal(t, http.StatusSeeOther, bare.Code)
+	assert.Equal(t, "/s/s3cret/", bare.Header().Get("Location"), "the page's relative links need the slash")
 
-	assert.Equal(t, http.StatusUnauthorized, do("GET", "/", own, nil).Code, "no token")
-	assert.Equal(t, http.StatusUnauthorized, do("GET", "/?token=guess", own, nil).Code, "a wrong token")
-	assert.Equal(t, http.StatusUnauthorized, do("GET", "/", own, map[string]string{"Cookie": "trainjob-console-1234=guess"}).Code)
-	assert.Equal(t, http.StatusUnauthorized, do("GET", "/", own, map[string]string{"Cookie": "trainjob-console-9999=s3cret"}).Code,
-		"another console's cookie")
-
-	opened := do("GET", "/?token=s3cret", own, nil)
-	assert.Equal(t, http.StatusSeeOther, opened.Code)
-	assert.Equal(t, "/", opened.Header().Get("Location"), "the token leaves the address bar")
-	set := opened.Result().Cookies()
-	require.Len(t, set, 1)
-	assert.Equal(t, "trainjob-console-1234", set[0].Name)
-	assert.Equal(t, "s3cret", set[0].Value)
-	assert.True(t, set[0].HttpOnly)
-	assert.Equal(t, http.SameSiteStrictMode, set[0].SameSite)
-
-	page := do("GET", "/", own, cookie)
+	page := do("GET", "/s/s3cret/", own, nil)
 	assert.Equal(t, http.StatusOK, page.Code)
 	assert.Contains(t, page.Body.String(), `<script src="app.js" defer></script>`)
+	assert.Empty(t, page.Result().Cookies(), "no cookie: a browser would send it to every port of the host")
 	assert.Contains(t, page.Header().Get("Content-Security-Policy"), "default-src 'self'")
 	assert.Contains(t, page.Header().Get("Content-Security-Policy"), "frame-ancestors 'none'")
-	assert.Equal(t, "no-referrer", page.Header().Get("Referrer-Policy"))
-	assert.Equal(t, http.StatusOK, do("GET", "/app.js", "localhost:1234", cookie).Code)
+	assert.Equal(t, "no-referrer", page.Header().Get("Referrer-Policy"), "the token never leaves in a Referer")
+	assert.Equal(t, http.StatusOK, do("GET", "/s/s3cret/app.js", "localhost:1234", nil).Code)
 
-	assert.Equal(t, http.StatusForbidden, do("GET", "/", "attacker.example:1234", cookie).Code, "DNS rebinding")
-	assert.Equal(t, http.StatusForbidden, do("GET", "/?token=s3cret", "attacker.example:1234", nil).Code)
+	assert.Equal(t, http.StatusForbidden, do("GET", "/s/s3cret/", "attacker.example:1234", nil).Code, "DNS rebinding")
+	assert.Equal(t, http.StatusForbidden, do("GET", "/s/s3cret/", "127.0.0.1:9999", nil).Code)
 
-	assert.Equal(t, http.StatusForbidden, do("POST", "/api/action", own, cookie).Code, "a change without the console's header")
-	assert.Equal(t, http.StatusForbidden, do("POST", "/api/action", own, with(map[string]string{
-		consoleHeader: "1", "Origin": "http://attacker.example"})).Code, "a change from another origin")
-	assert.Equal(t, http.StatusUnauthorized, do("POST", "/api/action", own, map[string]string{consoleHeader: "1"}).Code, "a change without the token")
-	reached := do("POST", "/api/action", own, with(map[string]string{consoleHeader: "1", "Origin": "http://" + own}))
+	const action = "/s/s3cret/api/action"
+	assert.Equal(t, http.StatusForbidden, do("POST", action, own, nil).Code, "a change without the console's header")
+	assert.Equal(t, http.StatusForbidden, do("POST", action, own, map[string]string{consoleHeader: "1", "Origin": "http://attacker.example"}).Code,
+		"a change from another origin")
+	assert.Equal(t, http.StatusForbidden, do("POST", action, own, map[string]string{consoleHeader: "1", "Origin": "null"}).Code)
+	assert.Equal(t, http.StatusUnauthorized, do("POST", "/s/guess/api/action", own, map[string]string{consoleHeader: "1"}).Code, "a change without the token")
+	reached := do("POST", action, own, map[string]string{consoleHeader: "1", "Origin": "http://" + own})
 	assert.Equal(t, http.StatusBadRequest, reached.Code, "the console's own change reaches the handler, which refuses the body")
-	assert.Contains(t, reached.Body.String(), "a request is {namespace, name, action}")
-	assert.Equal(t, http.StatusNotFound, do("GET", "/api/action", own, cookie).Code, "changes are POSTs only")
+	assert.Contains(t, reached.Body.String(), "a request is {namespace, name, uid, action}")
+	assert.Equal(t, http.StatusNotFound, do("GET", action, own, nil).Code, "changes are POSTs only")
+	bad := do("GET", "/s/s3cret/api/logs?rank=abc", own, nil)
+	assert.Equal(t, http.StatusBadRequest, bad.Code)
+	assert.Contains(t, bad.Body.String(), `rank "abc": a rank is a number from 0, or all`)
 }
 
 func TestTheHubSendsASnapshotThenChanges(t *testing.T) {

@@ -57,8 +57,10 @@ last lines of their logs.`,
 			if err != nil {
 				return err
 			}
-			t.write(o.Out, time.Now())
-			return nil
+			var b strings.Builder
+			t.write(&b, time.Now())
+			_, err = io.WriteString(o.Out, printable(b.String()))
+			return err
 		},
 	}
 }
@@ -118,20 +120,29 @@ func (t *tree) note(what string, err error) error {
 	return err
 }
 
+// readChild reads the object of the TrainJob's name that the TrainJob controls into obj: ok is
+// false when there is none, when it is someone else's, or when it cannot be read (a note says
+// why; err only for what ends describe).
+func (t *tree) readChild(ctx context.Context, c *clients, kind string, obj client.Object) (ok bool, err error) {
+	err = c.Get(ctx, client.ObjectKeyFromObject(t.tj), obj)
+	switch {
+	case apierrors.IsNotFound(err) && !isMissingResource(err):
+		return false, nil
+	case err != nil:
+		return false, t.note(kind, err)
+	case !metav1.IsControlledBy(obj, t.tj):
+		t.notes = append(t.notes, fmt.Sprintf("%s %s: someone else's (the TrainJob does not control it)", kind, obj.GetName()))
+		return false, nil
+	}
+	return true, nil
+}
+
 // readJobSet reads the TrainJob's JobSet, its Jobs and their pods: only those it controls, so
 // that a neighbour's objects with the same labels are never shown as the TrainJob's.
 func (t *tree) readJobSet(ctx context.Context, c *clients) error {
 	js := &jobsetv1alpha2.JobSet{}
-	err := c.Get(ctx, client.ObjectKeyFromObject(t.tj), js)
-	if apierrors.IsNotFound(err) && !isMissingResource(err) {
-		return nil
-	}
-	if err != nil {
-		return t.note("JobSet", err)
-	}
-	if !metav1.IsControlledBy(js, t.tj) {
-		t.notes = append(t.notes, fmt.Sprintf("JobSet %s: someone else's (the TrainJob does not control it)", js.Name))
-		return nil
+	if ok, err := t.readChild(ctx, c, "JobSet", js); !ok {
+		return err
 	}
 	t.jobSet = js
 	for i := range js.Spec.ReplicatedJobs {
@@ -194,16 +205,8 @@ func (t *tree) readGang(ctx context.Context, c *clients) error {
 	if pg == nil {
 		return nil
 	}
-	err := c.Get(ctx, client.ObjectKeyFromObject(t.tj), pg)
-	if apierrors.IsNotFound(err) && !isMissingResource(err) {
-		return nil
-	}
-	if err != nil {
-		return t.note("PodGroup", err)
-	}
-	if !metav1.IsControlledBy(pg, t.tj) {
-		t.notes = append(t.notes, fmt.Sprintf("PodGroup %s: someone else's (the TrainJob does not control it)", pg.GetName()))
-		return nil
+	if ok, err := t.readChild(ctx, c, "PodGroup", pg); !ok {
+		return err
 	}
 	g := &gangInfo{State: gang.StateOf(pg), name: pg.GetName(), created: pg.GetCreationTimestamp().Time, uid: pg.GetUID()}
 	if cs := s.PodGroupPolicy.Coscheduling; cs != nil {

@@ -156,7 +156,7 @@ var creationFailures = map[string]bool{"JobCreationFailed": true, "FailedCreate"
 // podsNotCreatedCause is a Job or pod the API server refused to JobSet or to the Job controller,
 // while the training misses pods: their latest warning says why.
 func podsNotCreatedCause(t *tree, _ time.Time) *cause {
-	if t.jobSet == nil || len(t.pods) >= rankCount(t.jobSet, trainer.AncestorTrainer) {
+	if t.jobSet == nil || len(podsByRank(t.jobSet, t.pods, trainer.AncestorTrainer)) >= rankCount(t.jobSet, trainer.AncestorTrainer) {
 		return nil
 	}
 	var latest *corev1.Event
@@ -180,7 +180,7 @@ func gangCause(t *tree, now time.Time) *cause {
 		return nil
 	}
 	msg := fmt.Sprintf("%s PodGroup %s is %s: %d of %d pods scheduled, for %s", g.Scheduler, g.name,
-		cmp.Or(g.Phase, "new"), scheduledPods(t.pods), g.MinMember, duration.HumanDuration(now.Sub(g.created)))
+		cmp.Or(g.Phase, "new"), scheduledPods(t), g.MinMember, duration.HumanDuration(now.Sub(g.created)))
 	if g.timeout != nil {
 		msg += fmt.Sprintf(" (its schedule timeout is %ds)", *g.timeout)
 	}
@@ -192,10 +192,14 @@ func gangCause(t *tree, now time.Time) *cause {
 	return &cause{CauseGangWait, msg}
 }
 
-func scheduledPods(pods []corev1.Pod) int {
+// scheduledPods counts the gang's pods that have a node: the training's, not an initializer's
+// that ran before it, nor a pod on its way out.
+func scheduledPods(t *tree) int {
 	n := 0
-	for i := range pods {
-		if pods[i].Spec.NodeName != "" {
+	for i := range t.pods {
+		p := &t.pods[i]
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && !t.initializers[p.Labels[jobsetv1alpha2.ReplicatedJobNameKey]] &&
+			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			n++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -75,6 +76,14 @@ func trainerJobSet(nodes int32) *jobsetv1alpha2.JobSet {
 	js := &jobsetv1alpha2.JobSet{Spec: jobsetv1alpha2.JobSetSpec{ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{Name: "node", Replicas: 1}}}}
 	js.Spec.ReplicatedJobs[0].Template.Labels = map[string]string{trainer.AncestorStepLabel: trainer.AncestorTrainer}
 	js.Spec.ReplicatedJobs[0].Template.Spec.Completions = ptr.To(nodes)
+	return js
+}
+
+// withInitializer adds a dataset initializer to the JobSet.
+func withInitializer(js *jobsetv1alpha2.JobSet) *jobsetv1alpha2.JobSet {
+	init := jobsetv1alpha2.ReplicatedJob{Name: "dataset-initializer", Replicas: 1}
+	init.Template.Labels = map[string]string{trainer.AncestorStepLabel: trainer.AncestorDatasetInitializer}
+	js.Spec.ReplicatedJobs = append([]jobsetv1alpha2.ReplicatedJob{init}, js.Spec.ReplicatedJobs...)
 	return js
 }
 
@@ -182,6 +191,20 @@ func TestDiagnose(t *testing.T) {
 			},
 			want:     CausePodsNotCreated,
 			contains: []string{"Job x-node-0 cannot make its children: Error creating", "exceeded quota"},
+		},
+		"a quota that refuses a rank, though an initializer's pod ran": {
+			tj: created,
+			tree: tree{
+				jobSet:       withInitializer(trainerJobSet(2)),
+				initializers: map[string]bool{"dataset-initializer": true},
+				pods: []corev1.Pod{
+					pod("x-dataset-initializer-0-0", "dataset-initializer", func(p *corev1.Pod) { scheduled(p); p.Status.Phase = corev1.PodSucceeded }),
+					pod("x-node-0-0", "node", scheduled),
+				},
+				events: []corev1.Event{{Type: corev1.EventTypeWarning, Reason: "FailedCreate", InvolvedObject: corev1.ObjectReference{Kind: "Job", Name: "x-node-0"},
+					Message: "exceeded quota: pods"}},
+			},
+			want: CausePodsNotCreated, contains: []string{"exceeded quota"},
 		},
 		"an old refusal is no cause once every pod is there": {
 			tj: created,
@@ -296,8 +319,9 @@ func TestProgressLine(t *testing.T) {
 func TestRerunOf(t *testing.T) {
 	old := &trainer.TrainJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", UID: "u", ResourceVersion: "7",
-			Labels:      map[string]string{trainer.KueueQueueLabel: "team", "project": "p"},
-			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "n"}},
+			Labels: map[string]string{trainer.KueueQueueLabel: "team", "project": "p", "kueue.x-k8s.io/priority-class": "high",
+				"kueue.x-k8s.io/prebuilt-workload-name": "old-wl", "kueue.x-k8s.io/multikueue-origin": "manager"},
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "n", "kueue.x-k8s.io/something": "x"}},
 		Spec: trainer.TrainJobSpec{
 			RuntimeRef: trainer.RuntimeRef{Name: "torch"},
 			Suspend:    ptr.To(true),
@@ -311,8 +335,8 @@ func TestRerunOf(t *testing.T) {
 	}
 	got := rerunOf(old)
 	assert.Equal(t, metav1.ObjectMeta{Namespace: "ns",
-		Labels:      map[string]string{trainer.KueueQueueLabel: "team", "project": "p"},
-		Annotations: map[string]string{"note": "n", RerunOfAnnotation: "x"}}, got.ObjectMeta)
+		Labels:      map[string]string{trainer.KueueQueueLabel: "team", "project": "p", "kueue.x-k8s.io/priority-class": "high"},
+		Annotations: map[string]string{"note": "n", RerunOfAnnotation: "x"}}, got.ObjectMeta, "what Kueue wrote is Kueue's to write again")
 	assert.Equal(t, trainer.TrainJobSpec{
 		RuntimeRef:     trainer.RuntimeRef{Name: "torch"},
 		Trainer:        &trainer.Trainer{NumNodes: ptr.To[int32](4)},
@@ -352,4 +376,42 @@ func TestPodsByRank(t *testing.T) {
 	}
 	assert.Equal(t, map[int]string{0: "b", 1: "c", 2: "e"}, got)
 	assert.Empty(t, podsByRank(js, pods, trainer.AncestorDatasetInitializer))
+}
+
+func TestPrintable(t *testing.T) {
+	assert.Equal(t, "plain text\n\tand a tab, ünïcödé", printable("plain text\n\tand a tab, ünïcödé"))
+	assert.Equal(t, `title \x1b]0;PWNED\x07 \x1b[2J\x0d \u009b31m`, printable("title \x1b]0;PWNED\x07 \x1b[2J\r \u009b31m"),
+		"what the cluster says never drives the terminal")
+}
+
+func TestCopyLines(t *testing.T) {
+	long := strings.Repeat("█", maxLogLine) // 3 bytes a character: a line of 3 pieces
+	in := "epoch 1 starts\n" + long + "\nepoch 1 done\nno newline at the end"
+	var raw strings.Builder
+	require.NoError(t, copyLines(&raw, strings.NewReader(in), "", false))
+	assert.Equal(t, in, raw.String(), "without a prefix the log is copied as it is")
+
+	var w recordingWriter
+	require.NoError(t, copyLines(&w, strings.NewReader(in), "[rank 1] ", false))
+	require.Len(t, w.writes, 6, "a line a write; a line longer than maxLogLine in pieces")
+	assert.Equal(t, "[rank 1] epoch 1 starts\n", w.writes[0])
+	assert.Equal(t, "[rank 1] epoch 1 done\n", w.writes[4])
+	assert.Equal(t, "[rank 1] no newline at the end\n", w.writes[5])
+	got := ""
+	for _, piece := range w.writes[1:4] {
+		assert.True(t, strings.HasPrefix(piece, "[rank 1] "))
+		got += strings.TrimSuffix(strings.TrimPrefix(piece, "[rank 1] "), "\n")
+	}
+	assert.Equal(t, long, got, "nothing of a long line is lost")
+
+	w = recordingWriter{}
+	require.NoError(t, copyLines(&w, strings.NewReader("a\nb"), "", true))
+	assert.Equal(t, []string{"a\n", "b\n"}, w.writes, "the console gets whole lines")
+}
+
+type recordingWriter struct{ writes []string }
+
+func (w *recordingWriter) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, string(p))
+	return len(p), nil
 }

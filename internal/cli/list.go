@@ -109,7 +109,7 @@ func (t *table) print(tj *trainer.TrainJob, now time.Time) {
 	if t.allNamespaces {
 		row = append([]string{tj.Namespace}, row...)
 	}
-	fmt.Fprintln(t.w, strings.Join(row, "\t"))
+	fmt.Fprintln(t.w, printable(strings.Join(row, "\t")))
 }
 
 func orNone(s string) string {

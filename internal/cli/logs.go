@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,8 @@ type logsOptions struct {
 	initializer string
 	container   string
 	tail        int64
+	// lines makes each write one whole line (the console sends each as an event).
+	lines bool
 }
 
 func newLogsCommand(o *Options) *cobra.Command {
@@ -98,8 +101,12 @@ func (l *logsOptions) runWith(ctx context.Context, c *clients, name string) erro
 	return nil
 }
 
-// awaitInterval is how often logs -f looks again for pods that have not started.
-const awaitInterval = time.Second
+// How often logs -f looks again for pods that have not started: soon at first, as a pod just
+// made starts in seconds, then less and less often for one that waits (for Kueue, for a gang).
+const (
+	awaitFirst = time.Second
+	awaitMax   = 30 * time.Second
+)
 
 // await finds the pods whose logs to print, by rank: the rank asked for, or with --all every
 // rank the trainer job has. With -f it waits until they have started, as a user who follows a
@@ -107,22 +114,22 @@ const awaitInterval = time.Second
 // is nothing to print.
 func (l *logsOptions) await(ctx context.Context, c *clients, name, step string) (map[int]*corev1.Pod, error) {
 	told := ""
-	for {
-		ranks, wait, err := l.find(ctx, c, name, step)
-		if err != nil || wait == "" {
+	for pause := awaitFirst; ; pause = min(2*pause, awaitMax) {
+		ranks, missing, err := l.find(ctx, c, name, step)
+		if err != nil || missing == "" {
 			return ranks, err
 		}
 		if !l.follow {
-			return nil, errors.New(wait)
+			return nil, errors.New(missing)
 		}
-		if wait != told {
-			fmt.Fprintf(l.ErrOut, "Waiting: %s\n", wait)
-			told = wait
+		if missing != told {
+			fmt.Fprintf(l.ErrOut, "Waiting: %s\n", missing)
+			told = missing
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(awaitInterval):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -186,15 +193,61 @@ func (l *logsOptions) stream(ctx context.Context, c *clients, p *corev1.Pod, ste
 		return fmt.Errorf("pod %s: %w", p.Name, err)
 	}
 	defer r.Close()
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		fmt.Fprintf(out, "%s%s\n", prefix, s.Text())
-	}
-	if err := s.Err(); err != nil && ctx.Err() == nil {
+	if err := copyLines(out, r, prefix, l.lines); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("pod %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+// maxLogLine is the longest piece of a log line copied at once: a longer line (a progress bar
+// redrawn with carriage returns for an hour) is copied in pieces of this size, each after the
+// prefix, never dropped.
+const maxLogLine = 64 * 1024
+
+// copyLines copies a log to out a line at a time, one write each, after prefix; the log's bytes
+// as they come when there is no prefix and whole lines are not asked for, as kubectl logs does.
+func copyLines(out io.Writer, r io.Reader, prefix string, lines bool) error {
+	if prefix == "" && !lines {
+		_, err := io.Copy(out, r)
+		return err
+	}
+	br := bufio.NewReaderSize(r, maxLogLine)
+	var carry []byte // the start of a character a piece's end cut
+	partial := false // the last piece ended within its line
+	for {
+		slice, err := br.ReadSlice('\n')
+		piece := append(carry, slice...) // a copy: slice is bufio's own buffer
+		carry = nil
+		if errors.Is(err, bufio.ErrBufferFull) {
+			cut := len(piece)
+			for i := len(piece) - 1; i >= max(len(piece)-utf8.UTFMax, 0); i-- {
+				if utf8.RuneStart(piece[i]) {
+					if !utf8.FullRune(piece[i:]) {
+						cut = i
+					}
+					break
+				}
+			}
+			piece, carry = piece[:cut], slices.Clone(piece[cut:])
+		}
+		if len(piece) > 0 && !(partial && string(piece) == "\n") {
+			end := "\n"
+			if piece[len(piece)-1] == '\n' {
+				end = ""
+			}
+			if _, werr := fmt.Fprintf(out, "%s%s%s", prefix, piece, end); werr != nil {
+				return werr
+			}
+		}
+		partial = errors.Is(err, bufio.ErrBufferFull)
+		switch {
+		case partial:
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // rankCount is how many pods the JobSet's replicated job of the ancestor step has.

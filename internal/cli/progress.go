@@ -107,7 +107,7 @@ func (p *progressOptions) follow(ctx context.Context, c *clients, tj *trainer.Tr
 func (p *progressOptions) printer(tty bool) func(*trainer.TrainJob, time.Time) {
 	last := ""
 	return func(tj *trainer.TrainJob, now time.Time) {
-		line := tj.Name + " " + progressLine(tj, now)
+		line := printable(tj.Name + " " + progressLine(tj, now))
 		switch {
 		case tty:
 			fmt.Fprintf(p.Out, "\r\033[K%s", line)
@@ -123,7 +123,7 @@ func (p *progressOptions) end(tj *trainer.TrainJob, tty bool) error {
 		fmt.Fprintln(p.Out)
 	}
 	if c := tj.FinishedCondition(); c != nil {
-		fmt.Fprintf(p.Out, "%s %s: %s\n", tj.Name, c.Type, firstLine(c.Message))
+		fmt.Fprintln(p.Out, printable(fmt.Sprintf("%s %s: %s", tj.Name, c.Type, firstLine(c.Message))))
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ const listPage = 500
 type trainJobWatcher struct {
 	listed  func([]trainer.TrainJob)
 	changed func(watch.EventType, *trainer.TrainJob)
+	// watching, if set, is told each time a watch has begun.
+	watching func()
 }
 
 // run lists the TrainJobs, a page at a time, and, with follow, watches them until ctx ends or an
@@ -58,6 +60,9 @@ func (w trainJobWatcher) follow(ctx context.Context, c *clients, opts []client.L
 		return "", err
 	}
 	defer watcher.Stop()
+	if w.watching != nil {
+		w.watching()
+	}
 	for {
 		select {
 		case <-ctx.Done():

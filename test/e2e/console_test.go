@@ -75,7 +75,7 @@ func consoleURL(t *testing.T, kubeconfig, ns string, args ...string) string {
 	out := background(t, kubeconfig, ns, append([]string{"console"}, args...)...)
 	var url string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		url = regexp.MustCompile(`http://127\.0\.0\.1:\d+/\?token=\S+`).FindString(out())
+		url = regexp.MustCompile(`http://127\.0\.0\.1:\d+/s/\S+/`).FindString(out())
 		assert.NotEmpty(c, url, "the console printed no URL: %q", out())
 	}, timeout, interval)
 	return url
@@ -178,7 +178,7 @@ func TestTheConsoleShowsTrainJobsLive(t *testing.T) {
 	within(t, page, "select long", chromedp.Click(chromedp.CSS(row(ns, "long"))),
 		chromedp.Click(chromedp.ID("action-suspend")), chromedp.WaitVisible(chromedp.ID("confirm")))
 	confirmText := read(t, page, "the confirmation", chromedp.Text(chromedp.ID("confirm-text")))
-	assert.Contains(t, confirmText, "Suspend long?")
+	assert.Contains(t, confirmText, "Suspend long in namespace "+ns+"?", "the confirmation names what it acts on")
 	within(t, page, "confirm", chromedp.Click(chromedp.ID("confirm-yes")))
 	poll(t, page, "the page says it is done", `document.getElementById('action-message').textContent === 'trainjob.trainer.kubeflow.org/long suspended'`)
 	js := &jobsetv1alpha2.JobSet{}

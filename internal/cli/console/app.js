@@ -354,13 +354,17 @@ function confirmAction(text) {
 async function act(action) {
   const key = state.selected;
   const [namespace, name] = key.split('/');
-  const words = { suspend: `Suspend ${name}? Its pods stop; resume starts them again.`,
-    resume: `Resume ${name}?`, delete: `Delete ${name}? Its JobSet, pods and everything made for it go with it.` };
+  const s = state.jobs.get(key);
+  if (!s) return;
+  const words = { suspend: `Suspend ${name} in namespace ${namespace}? Its pods stop; resume starts them again.`,
+    resume: `Resume ${name} in namespace ${namespace}?`,
+    delete: `Delete ${name} in namespace ${namespace}? Its JobSet, pods and everything made for it go with it.` };
   if (!await confirmAction(words[action])) return;
   const resp = await fetch('api/action', {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', 'X-Trainjob-Console': '1' },
-    body: JSON.stringify({ namespace, name, action }),
+    // The UID: only the TrainJob the page shows is changed, not one made again under its name.
+    body: JSON.stringify({ namespace, name, uid: s.uid, action }),
   });
   const body = await answer(resp);
   const msg = $('action-message');
