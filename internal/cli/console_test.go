@@ -3,6 +3,8 @@ package cli
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +107,29 @@ func TestTheHubSendsASnapshotThenChanges(t *testing.T) {
 	}
 	assert.Equal(t, subscriberBuffer, drained, "the stream ends once the buffer is full")
 	done() // ending a dropped subscription is harmless
+}
+
+// TestOpenBrowserKeepsTheTokenOffCommandLines opens the console with a stand-in browser: what
+// it is given on its command line, which every local user may read, is a page only the user
+// may read, which holds the URL.
+func TestOpenBrowserKeepsTheTokenOffCommandLines(t *testing.T) {
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "xdg-open"), []byte("#!/bin/sh\necho \"$@\" > "+args+"\n"), 0o755))
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	const url = "http://127.0.0.1:1234/s/s3cret/"
+	require.NoError(t, openBrowser(url))
+	var given string
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(args)
+		given = strings.TrimSpace(string(b))
+		return err == nil && given != ""
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.NotContains(t, given, "s3cret", "the token is on a command line")
+	info, err := os.Stat(given)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the page is the user's only")
+	page, err := os.ReadFile(given)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), `content="0;url=`+url+`"`)
 }
