@@ -87,7 +87,7 @@ realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(COREDNS) images 
 .PHONY: kubelet coredns realnode-assets realnode-deps images
 
 ## The real node's programs from Debian's packages: containerd, runc, the CNI plugins.
-realnode-deps: ## Install containerd, runc and the CNI plugins from Debian's packages when missing (needs root).
+realnode-deps: ## Install containerd, runc, the CNI plugins and the console tests' headless Chromium from Debian's packages when missing (needs root).
 	hack/realnode-deps.sh
 
 ## controller-gen, kustomize and helm: plain `go install pkg@version` (their go.mod
