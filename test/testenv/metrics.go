@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -245,7 +246,8 @@ spec:
 // SetPodUsage sets the CPU and memory (quantities, such as "250m" and "64Mi"; "" leaves one as
 // it is) that the pods of namespace matching selector use on the fake nodes, per container, by
 // their annotations UsageCPUAnnotation and UsageMemoryAnnotation. It returns how many pods it
-// changed. Pods created later, by a controller, have their template's annotations instead.
+// changed: pods on their way out, or gone since the list, are not. Pods created later, by a
+// controller, have their template's annotations instead.
 func (c *Cluster) SetPodUsage(ctx context.Context, namespace string, selector labels.Selector, cpu, memory string) (int, error) {
 	annotations := map[string]string{}
 	for name, q := range map[string]string{UsageCPUAnnotation: cpu, UsageMemoryAnnotation: memory} {
@@ -265,12 +267,22 @@ func (c *Cluster) SetPodUsage(ctx context.Context, namespace string, selector la
 	if err := c.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return 0, err
 	}
+	changed := 0
 	for i := range pods.Items {
-		if err := c.Client.Patch(ctx, &pods.Items[i], client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return i, fmt.Errorf("setting the usage of pod %s: %w", pods.Items[i].Name, err)
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil {
+			continue // on its way out: a scale-down removes pods while the list is read
 		}
+		err := c.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch))
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // gone since the list
+		case err != nil:
+			return changed, fmt.Errorf("setting the usage of pod %s: %w", p.Name, err)
+		}
+		changed++
 	}
-	return len(pods.Items), nil
+	return changed, nil
 }
 
 // PodMetrics is what metrics.k8s.io/v1beta1 reports of a pod: the usage of each of its
