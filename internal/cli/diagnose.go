@@ -175,8 +175,11 @@ func podsNotCreatedCause(t *tree, _ time.Time) *cause {
 // gangCause is a gang that waits: its PodGroup has not got all its pods placed, and the
 // scheduler says why.
 func gangCause(t *tree, now time.Time) *cause {
+	// The gang runs when its scheduler says so and its pods have nodes: scheduler-plugins'
+	// PodGroup controller (v0.34) counts the pods of a PodGroup by its name in every namespace,
+	// so a namespace's gang can read Running on the strength of another's pods.
 	g := t.gang
-	if g == nil || g.Running {
+	if g == nil || (g.Running && int32(scheduledPods(t)) >= g.MinMember) {
 		return nil
 	}
 	msg := fmt.Sprintf("%s PodGroup %s is %s: %d of %d pods scheduled, for %s", g.Scheduler, g.name,

@@ -224,11 +224,19 @@ func TestDiagnose(t *testing.T) {
 			want:     CauseGangWait,
 			contains: []string{"coscheduling PodGroup x is Pending: 0 of 2 pods scheduled, for 2m (its schedule timeout is 60s); the scheduler on pod x-node-0-0: 0/4 nodes are available"},
 		},
+		"a gang whose PodGroup says Running while none of its pods has a node": {
+			tj: created,
+			tree: tree{
+				gang: &gangInfo{State: gang.State{Scheduler: "coscheduling", Phase: "Running", Running: true, MinMember: 2}, name: "x"},
+				pods: []corev1.Pod{pod("x-node-0-0", "node", unschedulable("0/4 nodes are available")), pod("x-node-0-1", "node", nil)},
+			},
+			want: CauseGangWait, contains: []string{"PodGroup x is Running: 0 of 2 pods scheduled"},
+		},
 		"a gang that runs is no cause": {
 			tj: created,
 			tree: tree{
 				jobSet: &jobsetv1alpha2.JobSet{},
-				gang:   &gangInfo{State: gang.State{Scheduler: "coscheduling", Phase: "Running", Running: true}},
+				gang:   &gangInfo{State: gang.State{Scheduler: "coscheduling", Phase: "Running", Running: true, MinMember: 1}},
 				pods:   []corev1.Pod{pod("x-node-0-0", "node", scheduled)},
 			},
 			want: CauseStarting,

@@ -189,7 +189,7 @@ func TestThePluginSaysWhyATrainJobIsNotRunning(t *testing.T) {
 		{unschedulable, "Unschedulable:", []string{"Insufficient cpu"}, "no node has room for its pod"},
 		{imagePull, "ImagePull:", []string{"localcluster.local/does-not-exist:v1"}, "its image cannot be pulled"},
 	} {
-		require.EventuallyWithT(t, func(col *assert.CollectT) {
+		assert.EventuallyWithT(t, func(col *assert.CollectT) {
 			got := why(col, kubeconfig, c.tj)
 			if c.want == "" {
 				st := current(col, c.tj).Status.State
@@ -202,6 +202,10 @@ func TestThePluginSaysWhyATrainJobIsNotRunning(t *testing.T) {
 				assert.Contains(col, got, s, c.description)
 			}
 		}, 2*timeout, interval, "%s: %s", c.tj.Name, c.description)
+		if t.Failed() {
+			out, _ := trainjobCLI(t, kubeconfig, ns, "describe", c.tj.Name)
+			t.Fatalf("describe %s said:\n%s", c.tj.Name, out)
+		}
 	}
 
 	// A namespace's ResourceQuota refuses the second pod: the Job controller's warning says so.
