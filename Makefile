@@ -122,7 +122,7 @@ build: manifests generate fmt vet ## Build the manager binary.
 # metrics-server join when localcluster's late build ("make -s kueue metrics-server") has built
 # them. The manager and localcluster come first: their build downloads the operator's modules.
 .PHONY: run
-run: run-programs manifests cluster-essential $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node).
+run: run-programs manifests cluster-essential $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
 
 .PHONY: run-programs

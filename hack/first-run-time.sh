@@ -26,8 +26,9 @@ cd "$dir/repo"
 elapsed() { local s=$(($(date +%s) - start)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
 start=$(date +%s)
 echo "$(date -Is) $rev on $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/load.log"
-# Its own session, so that the INT below reaches make and its children as Ctrl-C would.
-setsid env GOMODCACHE="$dir/mod" GOCACHE="$dir/cache" make run >"$dir/run.log" 2>&1 &
+# Its own session, so that the INT below reaches make and its children as Ctrl-C would. The
+# manager's health probes off: another make run on the machine holds their port, :8081.
+setsid env GOMODCACHE="$dir/mod" GOCACHE="$dir/cache" make run ARGS=--health-probe-bind-address=0 >"$dir/run.log" 2>&1 &
 run=$!
 (while kill -0 "$run" 2>/dev/null; do echo "$(elapsed) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$dir/load.log"; sleep 30; done) &
 stop() { kill -INT -- "-$run" 2>/dev/null || true; wait "$run" 2>/dev/null || true; }
