@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -127,11 +128,12 @@ func (s Step) builtOfPlan() int {
 	return n
 }
 
-// Line is the progress line of a program built in took: [n/of] before it when it is in the plan.
+// Line is the progress line of a program built in took: [n/of] before it when it is in the plan,
+// n as wide as of, so that the names line up.
 func Line(name string, n, of int, inPlan bool, took time.Duration) string {
 	count := ""
 	if inPlan {
-		count = fmt.Sprintf("[%d/%d] ", n, of)
+		count = fmt.Sprintf("[%*d/%d] ", len(strconv.Itoa(of)), n, of)
 	}
 	return fmt.Sprintf("%s%-28s built in %s", count, name, Duration(took))
 }

@@ -50,6 +50,13 @@ func TestRun(t *testing.T) {
 			script:   noisyBuild,
 			want:     []string{"[1/1] controller-gen               built in 0s"},
 		},
+		"the count is as wide as the plan's size": {
+			built:    []string{"etcd"},
+			plan:     []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "kueue"},
+			programs: []string{"kueue"},
+			script:   noisyBuild,
+			want:     []string{"[ 1/10] kueue                        built in 0s"},
+		},
 		"a program outside the plan has no count": {
 			built:    []string{"etcd"},
 			programs: []string{"manager"},
