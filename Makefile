@@ -35,19 +35,19 @@ manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations 
 		paths="./..." output:crd:artifacts:config=config/crd/bases
 	@# volcano.sh/apis ships no CRDs: generate Volcano's PodGroup CRD for the tests and make run.
 	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir=test/testenv/crds
-	$(MAKE) chart-files
+	@$(MAKE) --no-print-directory chart-files
 
 .PHONY: chart-files
 chart-files: kustomize ## Copy into the Helm chart what config/ generates or ships: CRDs, the manager's RBAC, webhook configurations, runtimes, the SDK's public ConfigMap.
 	@# One source of truth: the chart's templates read these copies, never a hand-edited duplicate.
 	@# crds/ and files/ hold only copies; make verify and test/helm fail when they are stale.
-	rm -rf $(CHART)/crds $(CHART)/files
-	mkdir -p $(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook $(CHART)/files/runtimes $(CHART)/files/public
-	cp config/crd/bases/*.yaml $(CHART)/crds/
-	cp config/rbac/role.yaml $(CHART)/files/rbac/
-	cp config/webhook/manifests.yaml $(CHART)/files/webhook/
-	cd config/runtimes && find . -name '*.yaml' ! -name kustomization.yaml -exec cp --parents {} $(CURDIR)/$(CHART)/files/runtimes/ \;
-	$(KUSTOMIZE) build config/public > $(CHART)/files/public/public.yaml
+	@rm -rf $(CHART)/crds $(CHART)/files
+	@mkdir -p $(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook $(CHART)/files/runtimes $(CHART)/files/public
+	@cp config/crd/bases/*.yaml $(CHART)/crds/
+	@cp config/rbac/role.yaml $(CHART)/files/rbac/
+	@cp config/webhook/manifests.yaml $(CHART)/files/webhook/
+	@cd config/runtimes && find . -name '*.yaml' ! -name kustomization.yaml -exec cp --parents {} $(CURDIR)/$(CHART)/files/runtimes/ \;
+	@$(KUSTOMIZE) build config/public > $(CHART)/files/public/public.yaml
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
@@ -74,7 +74,7 @@ test: test-monitoring test-integration test-e2e ## Run all the tests: the alerts
 TEST_FUZZTIME ?= 5000x
 
 .PHONY: test-integration
-test-integration: manifests generate fmt vet envtest-assets kube-controller-manager helm ## Run the unit and integration (envtest) tests.
+test-integration: manifests generate fmt vet localcluster-assets helm ## Run the unit and integration (envtest) tests (hack/localcluster's starts a local cluster).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1
 
 # The alerts and the dashboard (config/prometheus, config/grafana): monitoring-check decodes the
@@ -143,11 +143,17 @@ kubectl-trainjob: ## Build the kubectl plugin into bin/kubectl-trainjob: copy it
 plugin-dist: ## Build the plugin's release archives (Linux, macOS, Windows) and their krew manifest into dist/krew (VERSION=v0.1.0).
 	$(GO) run ./hack/krew -version $(or $(VERSION),v0.1.0) -out dist/krew
 
+# make run builds what a TrainJob needs first, starts the cluster on it, and lets Kueue and
+# metrics-server join when localcluster's late build ("make -s kueue metrics-server") has built
+# them. The manager and localcluster come first: their build downloads the operator's modules.
 .PHONY: run
-run: manifests localcluster-assets $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node).
-	$(GO) build -o $(LOCALBIN)/manager ./cmd
-	$(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
+run: run-programs manifests cluster-essential $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
+
+.PHONY: run-programs
+run-programs: buildstep
+	@$(call step,manager) $(GO) build -o $(LOCALBIN)/manager ./cmd
+	@$(call step,localcluster) $(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
 
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
@@ -161,3 +167,13 @@ build-installer: manifests generate kustomize ## Write dist/install.yaml, the op
 
 # Last, so that none of its targets becomes the default goal.
 include hack/tools.mk
+
+# BUILD_PLAN is what make run builds, for the progress lines' [n/N] (hack/buildstep): the
+# programs missing from bin/ when it starts, counted once, then passed on in the environment to
+# the makes it runs (chart-files, the late build of Kueue and metrics-server).
+ifeq ($(origin BUILD_PLAN),undefined)
+RUN_PROGRAMS := $(LOCALBIN)/manager $(LOCALBIN)/localcluster $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION) \
+	$(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION) $(CLUSTER_ESSENTIAL) $(CLUSTER_LATE)
+BUILD_PLAN := $(if $(filter run,$(MAKECMDGOALS)),$(notdir $(filter-out $(wildcard $(RUN_PROGRAMS)),$(RUN_PROGRAMS))))
+endif
+export BUILD_PLAN

@@ -10,6 +10,11 @@
 # builds: static binaries, identical whether or not a C compiler is present.
 # Rebuilds happen only when a binary is missing or its module's go.mod/go.sum
 # is newer; the outputs are reproducible.
+#
+# Each program is built through hack/buildstep: one line per program with its time
+# ("[3/14] kube-apiserver  built in 2m41s"), the go command's output (module downloads)
+# in bin/build-logs/, and on failure the failing command and the log's tail.
+# [n/N] counts BUILD_PLAN, the files a goal builds (see the Makefile's make run).
 
 
 ## Versions. K8S_VERSION and ETCD_VERSION must match hack/tools/{k8s,etcd}/go.mod
@@ -35,8 +40,10 @@ PROMETHEUS_VERSION ?= v0.316.0
 
 ## Locations.
 GO ?= go
-TOOLS_MOD_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))/tools
+HACK_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+TOOLS_MOD_DIR := $(HACK_DIR)/tools
 LOCALBIN ?= $(CURDIR)/bin
+BUILDSTEP ?= $(LOCALBIN)/buildstep
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 HELM ?= $(LOCALBIN)/helm
@@ -60,12 +67,27 @@ MONITORING_CHECK ?= $(LOCALBIN)/monitoring-check
 ENVTEST_ASSETS ?= $(LOCALBIN)
 
 $(LOCALBIN):
-	mkdir -p $@
+	@mkdir -p $@
+
+## The local cluster's programs: those a TrainJob needs to run, in the order make run builds
+## them, and those that may join the running cluster when built (localcluster -late-build).
+CLUSTER_ESSENTIAL := $(ETCD) $(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) \
+	$(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER)
+CLUSTER_LATE := $(KUEUE) $(METRICS_SERVER)
+
+## buildstep uses the standard library only: it builds before any module is downloaded. Built
+## as the programs are (CGO_ENABLED=0, -trimpath), so that they reuse its standard library.
+$(BUILDSTEP): $(HACK_DIR)/buildstep/main.go | $(LOCALBIN)
+	@cd $(HACK_DIR)/.. && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./hack/buildstep
+
+# step: the command that follows runs through buildstep, building $(1), files of bin/.
+step = $(BUILDSTEP) -bin $(LOCALBIN) $(1) --
 
 ##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
 
 .PHONY: controller-gen kustomize helm etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
-.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server monitoring-tools
+.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server monitoring-tools buildstep cluster-essential
+buildstep: $(BUILDSTEP) ## Build hack/buildstep, which builds each program with one line of progress.
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
 kustomize: $(KUSTOMIZE) ## Build kustomize.
 helm: $(HELM) ## Build helm (the chart's checks and e2e install).
@@ -80,7 +102,8 @@ kueue: $(KUEUE) ## Build Kueue (local cluster).
 metrics-server: $(METRICS_SERVER) ## Build metrics-server (local cluster: metrics.k8s.io for the HPA and kubectl top).
 monitoring-tools: $(PROMTOOL) $(MONITORING_CHECK) ## Build promtool and monitoring-check (make test-monitoring).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
-localcluster-assets: envtest-assets $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) $(KWOK) $(KUEUE) $(METRICS_SERVER) ## Build every program of the local cluster (make run, make test-e2e).
+cluster-essential: $(CLUSTER_ESSENTIAL) ## Build the programs of the local cluster that a TrainJob needs (make run builds the rest later).
+localcluster-assets: cluster-essential $(CLUSTER_LATE) ## Build every program of the local cluster (make run, make test-e2e).
 kubelet: $(KUBELET) ## Build kubelet (the local cluster's real node).
 coredns: $(COREDNS) ## Build CoreDNS (the local cluster's DNS with a real node).
 realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node, make test-e2e).
@@ -96,19 +119,19 @@ realnode-deps: ## Install containerd, runc, the CNI plugins and the console test
 ## change in either direction (bump or branch switch) reinstalls.
 # go-install-tool: $(1) versioned target file, $(2) tool name, $(3) package@version
 define go-install-tool
-	rm -f $(LOCALBIN)/$(2) $(LOCALBIN)/$(2)-v*
-	GOWORK=off GOBIN=$(LOCALBIN) $(GO) install -trimpath $(3)
-	mv $(LOCALBIN)/$(2) $(1)
+	@rm -f $(LOCALBIN)/$(2) $(LOCALBIN)/$(2)-v*
+	@GOWORK=off GOBIN=$(LOCALBIN) $(call step,$(notdir $(1))) $(GO) install -trimpath $(3)
+	@mv $(LOCALBIN)/$(2) $(1)
 endef
 
 $(CONTROLLER_GEN): $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
-	ln -sf $(notdir $<) $@
-$(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION): | $(LOCALBIN)
+	@ln -sf $(notdir $<) $@
+$(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION): | $(LOCALBIN) $(BUILDSTEP)
 	$(call go-install-tool,$@,controller-gen,sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION))
 
 $(KUSTOMIZE): $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
-	ln -sf $(notdir $<) $@
-$(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION): | $(LOCALBIN)
+	@ln -sf $(notdir $<) $@
+$(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION): | $(LOCALBIN) $(BUILDSTEP)
 	$(call go-install-tool,$@,kustomize,sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION))
 
 ## helm's go.mod has no replace directives either. Stamped as its release build is: its own
@@ -119,22 +142,23 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	$(foreach p,helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules,\
 	-X $(p).k8sVersionMajor=$(word 1,$(HELM_KUBE_SEMVER)) -X $(p).k8sVersionMinor=$(word 2,$(HELM_KUBE_SEMVER)))
 $(HELM): $(LOCALBIN)/helm-$(HELM_VERSION)
-	ln -sf $(notdir $<) $@
-$(LOCALBIN)/helm-$(HELM_VERSION): | $(LOCALBIN)
+	@ln -sf $(notdir $<) $@
+$(LOCALBIN)/helm-$(HELM_VERSION): | $(LOCALBIN) $(BUILDSTEP)
 	$(call go-install-tool,$@,helm,-ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
 
 ## Build-only modules. `go install` cannot build etcd or k8s.io/kubernetes:
 ## their go.mod files use replace directives pointing at local folders.
 # check-mod-version: $(1) module dir, $(2) module path, $(3) expected version
+# (The go command's output, module downloads included, is kept for the message.)
 define check-mod-version
-	@v=$$(cd $(1) && GOWORK=off $(GO) list -m -f '{{.Version}}' $(2)) && [ "$$v" = "$(3)" ] || \
+	@v=$$(cd $(1) && GOWORK=off $(GO) list -m -f '{{.Version}}' $(2) 2>&1) && [ "$$v" = "$(3)" ] || \
 	  { echo "$(1)/go.mod pins $(2) $$v, but tools.mk expects $(3)" >&2; exit 1; }
 endef
 
 ETCD_MOD := $(TOOLS_MOD_DIR)/etcd
-$(ETCD): $(ETCD_MOD)/go.mod $(ETCD_MOD)/go.sum | $(LOCALBIN)
+$(ETCD): $(ETCD_MOD)/go.mod $(ETCD_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(ETCD_MOD),go.etcd.io/etcd/server/v3,$(ETCD_VERSION))
-	cd $(ETCD_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $@) go.etcd.io/etcd/server/v3
+	@cd $(ETCD_MOD) && GOWORK=off CGO_ENABLED=0 $(call step,etcd) $(GO) build -trimpath -o $(abspath $@) go.etcd.io/etcd/server/v3
 
 ## hack/tools/k8s/go.mod requires k8s.io/kubernetes and replaces each of its
 ## ./staging/... modules with the published k8s.io/<staging> v0.X.Y release.
@@ -147,29 +171,36 @@ K8S_SEMVER := $(subst ., ,$(patsubst v%,%,$(K8S_VERSION)))
 K8S_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=$(word 1,$(K8S_SEMVER)) -X $(p).gitMinor=$(word 2,$(K8S_SEMVER)))
 
-## Each module's programs build in one `go build`, which links one while it compiles
-## the next; building modules side by side (make -j2) was measured slower on 2 cores.
+## Programs that build in one `go build` link one while it compiles the next. Building modules
+## side by side (make -j2) was measured slower on 2 cores. A program is moved into bin/ whole,
+## so that a cluster waiting for it (localcluster -late-build) never runs half a file.
 # go-build-programs: $(1) module dir, $(2) -ldflags, $(3) list of <file in bin/>=<package>, $(4) more build flags
 define go-build-programs
-	rm -rf $(LOCALBIN)/.build-$(notdir $(1))
-	cd $(1) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath $(4) -ldflags '$(2)' -o $(LOCALBIN)/.build-$(notdir $(1))/ \
+	@rm -rf $(LOCALBIN)/.build-$(firstword $(subst =, ,$(3)))
+	@cd $(1) && GOWORK=off CGO_ENABLED=0 $(call step,$(foreach p,$(3),$(firstword $(subst =, ,$(p))))) \
+	  $(GO) build -trimpath $(4) -ldflags '$(2)' -o $(LOCALBIN)/.build-$(firstword $(subst =, ,$(3)))/ \
 	  $(foreach p,$(3),$(lastword $(subst =, ,$(p))))
-	$(foreach p,$(3),mv $(LOCALBIN)/.build-$(notdir $(1))/$(notdir $(lastword $(subst =, ,$(p)))) $(LOCALBIN)/$(firstword $(subst =, ,$(p)));)
-	rm -rf $(LOCALBIN)/.build-$(notdir $(1))
+	@$(foreach p,$(3),mv $(LOCALBIN)/.build-$(firstword $(subst =, ,$(3)))/$(notdir $(lastword $(subst =, ,$(p)))) $(LOCALBIN)/$(firstword $(subst =, ,$(p)));)
+	@rm -rf $(LOCALBIN)/.build-$(firstword $(subst =, ,$(3)))
 endef
 
-$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET) &: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN)
+## One `go build` each, so that each program's line comes when it is built, and kubelet only
+## with the real node: the libraries they share compile once all the same (the build cache).
+K8S_PACKAGE_kube-apiserver := k8s.io/kubernetes/cmd/kube-apiserver
+K8S_PACKAGE_kubectl := k8s.io/kubernetes/cmd/kubectl
+K8S_PACKAGE_kube-controller-manager := k8s.io/kubernetes/cmd/kube-controller-manager
+K8S_PACKAGE_kubelet := k8s.io/kubernetes/cmd/kubelet
+K8S_PACKAGE_jobset-controller := sigs.k8s.io/jobset
+K8S_PACKAGE_kwok := sigs.k8s.io/kwok/cmd/kwok
+$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET): $(LOCALBIN)/%: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(K8S_MOD),k8s.io/kubernetes,$(K8S_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/jobset,$(JOBSET_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/kwok,$(KWOK_VERSION))
-	$(call go-build-programs,$(K8S_MOD),$(K8S_LDFLAGS),\
-	  kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl \
-	  kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubelet=k8s.io/kubernetes/cmd/kubelet \
-	  jobset-controller=sigs.k8s.io/jobset kwok=sigs.k8s.io/kwok/cmd/kwok)
+	$(call go-build-programs,$(K8S_MOD),$(K8S_LDFLAGS),$*=$(K8S_PACKAGE_$*))
 
 ## scheduler-plugins replaces every Kubernetes staging module at 1.34 (its own replace block).
 SCHEDULER_PLUGINS_MOD := $(TOOLS_MOD_DIR)/scheduler-plugins
-$(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) &: $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN)
+$(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) &: $(SCHEDULER_PLUGINS_MOD)/go.mod $(SCHEDULER_PLUGINS_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(SCHEDULER_PLUGINS_MOD),sigs.k8s.io/scheduler-plugins,$(SCHEDULER_PLUGINS_VERSION))
 	$(call go-build-programs,$(SCHEDULER_PLUGINS_MOD),-s -w,\
 	  scheduler-plugins-scheduler=sigs.k8s.io/scheduler-plugins/cmd/scheduler \
@@ -179,14 +210,14 @@ $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) &: $(SCHEDULER_PL
 ## Kueue nor for the Trainer module it requires; go.sum holds their hashes.
 KUEUE_MOD := $(TOOLS_MOD_DIR)/kueue
 $(KUEUE): export GONOSUMDB = sigs.k8s.io/kueue,github.com/kubeflow
-$(KUEUE): $(KUEUE_MOD)/go.mod $(KUEUE_MOD)/go.sum | $(LOCALBIN)
+$(KUEUE): $(KUEUE_MOD)/go.mod $(KUEUE_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(KUEUE_MOD),sigs.k8s.io/kueue,$(KUEUE_VERSION))
 	$(call go-build-programs,$(KUEUE_MOD),-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(KUEUE_VERSION),kueue=sigs.k8s.io/kueue/cmd/kueue)
 
 ## metrics-server needs Kubernetes 1.33 (k8s.io/* v0.33.2 in its go.mod, no replace directives).
 ## Stamped as its own release build is: client-go's version is metrics-server's.
 METRICS_SERVER_MOD := $(TOOLS_MOD_DIR)/metrics-server
-$(METRICS_SERVER): $(METRICS_SERVER_MOD)/go.mod $(METRICS_SERVER_MOD)/go.sum | $(LOCALBIN)
+$(METRICS_SERVER): $(METRICS_SERVER_MOD)/go.mod $(METRICS_SERVER_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(METRICS_SERVER_MOD),sigs.k8s.io/metrics-server,$(METRICS_SERVER_VERSION))
 	$(call go-build-programs,$(METRICS_SERVER_MOD),-s -w -X k8s.io/client-go/pkg/version.gitVersion=$(METRICS_SERVER_VERSION),\
 	  metrics-server=sigs.k8s.io/metrics-server/cmd/metrics-server)
@@ -196,7 +227,7 @@ $(METRICS_SERVER): $(METRICS_SERVER_MOD)/go.mod $(METRICS_SERVER_MOD)/go.sum | $
 ## remove_all_sd leaves out promtool's service-discovery plugins (AWS, Azure, GCE, ...), which
 ## checking and testing rules never use: half its size and build time.
 MONITORING_MOD := $(TOOLS_MOD_DIR)/monitoring
-$(PROMTOOL) $(MONITORING_CHECK) &: $(MONITORING_MOD)/go.mod $(MONITORING_MOD)/go.sum $(MONITORING_MOD)/main.go | $(LOCALBIN)
+$(PROMTOOL) $(MONITORING_CHECK) &: $(MONITORING_MOD)/go.mod $(MONITORING_MOD)/go.sum $(MONITORING_MOD)/main.go | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(MONITORING_MOD),github.com/prometheus/prometheus,$(PROMETHEUS_VERSION))
 	$(call go-build-programs,$(MONITORING_MOD),-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_VERSION:v%=%),\
 	  promtool=github.com/prometheus/prometheus/cmd/promtool \
@@ -204,15 +235,15 @@ $(PROMTOOL) $(MONITORING_CHECK) &: $(MONITORING_MOD)/go.mod $(MONITORING_MOD)/go
 
 ## CoreDNS with the plugins the real node's pods need (hack/tools/coredns/main.go).
 COREDNS_MOD := $(TOOLS_MOD_DIR)/coredns
-$(COREDNS): $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum $(COREDNS_MOD)/main.go | $(LOCALBIN)
-	cd $(COREDNS_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $@) .
+$(COREDNS): $(COREDNS_MOD)/go.mod $(COREDNS_MOD)/go.sum $(COREDNS_MOD)/main.go | $(LOCALBIN) $(BUILDSTEP)
+	@cd $(COREDNS_MOD) && GOWORK=off CGO_ENABLED=0 $(call step,coredns) $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $@) .
 
 ## The real node's images, written as archives containerd imports (no registry): the probe
 ## (test/images/probe, static) with busybox's shell and tools, and the pod sandbox, the probe
 ## pausing. hack/tools/images writes them with go-containerregistry.
 IMAGES_MOD := $(TOOLS_MOD_DIR)/images
-$(IMAGES_TOOL): $(IMAGES_MOD)/go.mod $(IMAGES_MOD)/go.sum $(IMAGES_MOD)/main.go | $(LOCALBIN)
-	cd $(IMAGES_MOD) && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $@) .
+$(IMAGES_TOOL): $(IMAGES_MOD)/go.mod $(IMAGES_MOD)/go.sum $(IMAGES_MOD)/main.go | $(LOCALBIN) $(BUILDSTEP)
+	@cd $(IMAGES_MOD) && GOWORK=off CGO_ENABLED=0 $(call step,image-archive) $(GO) build -trimpath -o $(abspath $@) .
 
 PROBE_SOURCES := $(wildcard test/images/probe/*.go)
 images: $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/mpi.tar ## Write the real node's images into bin/images.

@@ -8,6 +8,10 @@
 //
 //	go run ./hack/localcluster -install config/runtimes -- bin/manager [manager flags]
 //
+// With -late-build, the cluster starts without the programs a TrainJob does not need (Kueue,
+// metrics-server: testenv.LatePrograms) when they are not built yet, runs the build command
+// with their names, and says when each joins.
+//
 // The cluster's binaries come from KUBEBUILDER_ASSETS, else the repository's bin/
 // (`make localcluster-assets`).
 package main
@@ -17,18 +21,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -60,6 +68,8 @@ func run() error {
 	flag.DurationVar(&local.MetricResolution, "metric-resolution", local.MetricResolution,
 		"How often metrics-server scrapes the nodes (at least 10s). A fake node's pod uses the CPU and memory of its annotations "+
 			testenv.UsageCPUAnnotation+" and "+testenv.UsageMemoryAnnotation+".")
+	var lateBuild string
+	flag.StringVar(&lateBuild, "late-build", "", "A command (make -s) that builds the named programs: Kueue and metrics-server, when not built yet, join the running cluster once it has built them.")
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {
 		install = append(install, dir)
 		return nil
@@ -69,6 +79,9 @@ func run() error {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	// envtest logs through controller-runtime, which prints a stack when no logger is set
+	// within 30 s: Kueue's and metrics-server's webhooks and APIService come later than that.
+	ctrllog.SetLogger(logr.Discard())
 	if flag.NArg() == 0 {
 		flag.Usage()
 		return errors.New("no command to run")
@@ -85,6 +98,7 @@ func run() error {
 		}
 	}
 	local.NodeCapacity = testenv.NodeCapacity(cpu, memory, gpu)
+	local.Late = lateBuild != ""
 
 	fmt.Println("Starting the local cluster on loopback...")
 	started := time.Now()
@@ -125,8 +139,8 @@ func run() error {
 	}
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
-Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler, Kueue,
-metrics-server, and the operator's webhooks (served at %s).%s
+Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler,%s
+and the operator's webhooks (served at %s).%s
   kubeconfig: %s
   logs of the cluster's programs: %s
 Try, in another terminal:
@@ -136,17 +150,101 @@ Try, in another terminal:
   %s explain trainjob.spec.trainer
   %s top pods -A   # a fake node's pod uses what its annotation %s says (1m without it)
 %s
-`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl,
+`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, running(cluster), webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl,
 		kubectl, testenv.UsageCPUAnnotation, realNode(cluster, kubectl))
 
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("%s exited: %w", flag.Arg(0), err)
-		}
-	case <-ctx.Done():
+	var build struct {
+		cmd  *exec.Cmd
+		done chan error
 	}
-	return nil
+	var building <-chan error
+	if pending := cluster.Pending(); len(pending) > 0 {
+		fmt.Print(pendingMessage(pending))
+		if build.cmd, build.done, err = startLateBuild(lateBuild, pending); err != nil {
+			return err
+		}
+		defer stopCommand(build.cmd, build.done)
+		building = build.done
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("%s exited: %w", flag.Arg(0), err)
+			}
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			join(cluster, os.Stdout, started)
+		case err := <-building:
+			build.done <- err // Let stopCommand see the exit too.
+			building = nil
+			join(cluster, os.Stdout, started)
+			if len(cluster.Pending()) > 0 {
+				fmt.Printf("\nThe late build (%s) ended (%v) without building %s: the cluster runs without them.\n", lateBuild, err, titles(cluster.Pending()))
+			}
+		}
+	}
+}
+
+// running lists the late programs that run in the cluster.
+func running(cluster *testenv.Cluster) string {
+	var s string
+	for _, p := range testenv.LatePrograms {
+		if !slices.ContainsFunc(cluster.Pending(), func(q testenv.LateProgram) bool { return q.Name == p.Name }) {
+			s += " " + p.Title + ","
+		}
+	}
+	return s
+}
+
+// pendingMessage says which programs are still being built, and what waits for them.
+func pendingMessage(pending []testenv.LateProgram) string {
+	s := "Still building, joining the cluster when built (a TrainJob needs none of them):\n"
+	for _, p := range pending {
+		s += fmt.Sprintf("  %s: %s wait for it.\n", p.Title, p.Waiting)
+	}
+	return s
+}
+
+func titles(programs []testenv.LateProgram) string {
+	names := make([]string, len(programs))
+	for i, p := range programs {
+		names[i] = p.Title
+	}
+	return strings.Join(names, " and ")
+}
+
+// join starts the pending programs built since, and says so on out.
+func join(cluster *testenv.Cluster, out io.Writer, started time.Time) {
+	joined, err := cluster.Join()
+	for _, p := range joined {
+		fmt.Fprintf(out, "\n%s joined the cluster, %s after it started: %s work now.\n", p.Title, time.Since(started).Round(time.Second), p.Waiting)
+	}
+	if err != nil {
+		fmt.Fprintf(out, "\n%v: it will not join (the logs of the cluster's programs are in %s).\n", err, cluster.LogDir())
+	}
+}
+
+// startLateBuild runs the build command (words, without quoting) with the pending programs'
+// names, in its own process group (stopCommand stops it), its output on ours.
+func startLateBuild(command string, pending []testenv.LateProgram) (*exec.Cmd, chan error, error) {
+	args := strings.Fields(command)
+	for _, p := range pending {
+		args = append(args, p.Name)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting the late build %q: %w", command, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return cmd, done, nil
 }
 
 // start runs the command with --kubeconfig and the webhook server's address and certificate, in
@@ -171,17 +269,21 @@ func start(kubeconfig string, hooks envtest.WebhookInstallOptions, args []string
 	return cmd, done, nil
 }
 
-// stopCommand stops the command, if it still runs, with SIGTERM (SIGKILL after 20 s).
+// stopCommand stops the command, if it still runs, and its process group, with SIGTERM
+// (SIGKILL after 20 s).
 func stopCommand(cmd *exec.Cmd, done chan error) {
-	if cmd.ProcessState != nil {
+	select {
+	case err := <-done:
+		done <- err
 		return
+	default:
 	}
 	fmt.Printf("\nStopping %s (pid %d)...\n", filepath.Base(cmd.Path), cmd.Process.Pid)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
 }

@@ -53,7 +53,9 @@ type Cluster struct {
 
 	settings *settings
 	procs    []*process
-	cleanup  []func()
+	// pending are the LatePrograms that have not joined yet.
+	pending []LateProgram
+	cleanup []func()
 	// nodes counts the fake nodes added, to give each its own address.
 	nodes int
 	// kwokAddr is where KWOK serves the fake nodes' resource metrics, on loopback.

@@ -78,8 +78,19 @@ func provideKueueMetricsCert(from string) error {
 	return nil
 }
 
-// startKueue starts Kueue, serving its webhooks on loopback. Its CRDs are installed with the rest.
-func (c *Cluster) startKueue(kubeconfig string) error {
+// startKueue installs Kueue's CRDs and starts Kueue, serving its webhooks on loopback.
+func (c *Cluster) startKueue(LocalOptions) error {
+	kubeconfig, err := c.Kubeconfig("kueue")
+	if err != nil {
+		return err
+	}
+	crds, err := crdPaths(&settings{crds: []crd{kueueCRD}})
+	if err != nil {
+		return err
+	}
+	if _, err := envtest.InstallCRDs(c.Env.Config, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}); err != nil {
+		return fmt.Errorf("installing Kueue's CRDs: %w", err)
+	}
 	mutating, validating, err := kueueWebhooks()
 	if err != nil {
 		return err

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
 // Annotations of a pod that tell the local cluster's fake nodes how the pod's run ends. On a
@@ -61,6 +63,10 @@ type LocalOptions struct {
 	// MetricResolution is how often metrics-server scrapes the nodes' resource metrics
 	// (--metric-resolution, at least 10 s); zero is DefaultMetricResolution. See metrics.go.
 	MetricResolution time.Duration
+	// Late lets the cluster start without the programs of LatePrograms whose binaries are not
+	// built yet, as `make run` does while it builds them: Pending names them, and Join starts
+	// those built since. Without it, every program must be built (the tests get them all).
+	Late bool
 }
 
 // DefaultLocalOptions fit every shipped runtime and sample: 4 nodes of 16 CPUs, 64Gi of memory
@@ -95,7 +101,8 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 //     runs, but the node and cloud controllers),
 //   - the scheduler-plugins scheduler with the Coscheduling plugin, and its PodGroup controller,
 //   - the JobSet controller, serving its own admission webhooks on loopback,
-//   - Kueue, with its TrainJob integration and its webhooks for Kueue's objects and TrainJobs,
+//   - Kueue, with its CRDs, its TrainJob integration and its webhooks for Kueue's objects and
+//     TrainJobs,
 //   - KWOK, faking o.Nodes nodes and the lifecycle of their pods: a pod of a Job runs for
 //     o.PodRunTime, then succeeds (see FailAnnotation and RunForAnnotation). KWOK also serves the
 //     fake nodes' resource metrics: a pod uses what its UsageCPUAnnotation and
@@ -104,12 +111,78 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 //     server's aggregator to the HorizontalPodAutoscaler controller and `kubectl top`.
 //
 // Every program comes from the assets folder (`make localcluster-assets` builds them into bin/)
-// and logs to a file in LogDir.
+// and logs to a file in LogDir. Kueue and metrics-server may join later: see LocalOptions.Late.
 func WithLocalCluster(o LocalOptions) Option {
 	return func(s *settings) {
 		s.local = &o
-		s.crds = append(s.crds, kueueCRD, elasticQuotaCRD)
+		s.crds = append(s.crds, elasticQuotaCRD)
 	}
+}
+
+// LateProgram is a program of the local cluster that a TrainJob does not need to run, so that
+// `make run` can start the cluster while it is still being built (LocalOptions.Late).
+type LateProgram struct {
+	// Name is its binary in the assets folder, and make's goal that builds it.
+	Name string
+	// Title is how the cluster's messages name it.
+	Title string
+	// Waiting says what waits for it.
+	Waiting string
+	start   func(*Cluster, LocalOptions) error
+}
+
+// LatePrograms may join a local cluster after it started, in this order.
+var LatePrograms = []LateProgram{
+	{Name: "kueue", Title: "Kueue", start: (*Cluster).startKueue,
+		Waiting: "Kueue's objects (ClusterQueue, LocalQueue: docs/kueue.md) and its queueing of TrainJobs labelled " + trainer.KueueQueueLabel},
+	{Name: "metrics-server", Title: "metrics-server", start: func(c *Cluster, o LocalOptions) error {
+		return c.startMetricsServer(context.Background(), o.MetricResolution)
+	}, Waiting: "kubectl top, and the autoscalers of elastic TrainJobs with metrics"},
+}
+
+// startLate starts the LatePrograms, but for those whose binaries are not built yet when o.Late
+// is set: those are left Pending.
+func (c *Cluster) startLate(o LocalOptions) error {
+	for _, p := range LatePrograms {
+		if o.Late && !c.built(p) {
+			c.pending = append(c.pending, p)
+			continue
+		}
+		if err := p.start(c, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) built(p LateProgram) bool {
+	assets, err := AssetsDir()
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(assets, p.Name))
+	return err == nil
+}
+
+// Pending returns the programs that have not joined the cluster: not built when it started
+// (LocalOptions.Late), and not since joined.
+func (c *Cluster) Pending() []LateProgram { return slices.Clone(c.pending) }
+
+// Join starts the Pending programs that are built now, and returns them. A program that fails
+// to start is no longer pending: the error says which.
+func (c *Cluster) Join() ([]LateProgram, error) {
+	var joined []LateProgram
+	for _, p := range slices.Clone(c.pending) {
+		if !c.built(p) {
+			continue
+		}
+		c.pending = slices.DeleteFunc(c.pending, func(q LateProgram) bool { return q.Name == p.Name })
+		if err := p.start(c, *c.settings.local); err != nil {
+			return joined, fmt.Errorf("starting %s: %w", p.Title, err)
+		}
+		joined = append(joined, p)
+	}
+	return joined, nil
 }
 
 // startLocal starts the programs of a local cluster, and its nodes, and waits until they serve.
@@ -165,13 +238,6 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		return err
 	}
 
-	if kubeconfig, err = c.Kubeconfig("kueue"); err != nil {
-		return err
-	}
-	if err := c.startKueue(kubeconfig); err != nil {
-		return err
-	}
-
 	if kubeconfig, err = c.Kubeconfig("kwok"); err != nil {
 		return err
 	}
@@ -202,7 +268,7 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		}
 	}
 
-	if err := c.startMetricsServer(context.Background(), o.MetricResolution); err != nil {
+	if err := c.startLate(o); err != nil {
 		return err
 	}
 
