@@ -146,9 +146,12 @@ plugin-dist: ## Build the plugin's release archives (Linux, macOS, Windows) and 
 # make run builds what a TrainJob needs first, starts the cluster on it, and lets Kueue and
 # metrics-server join when localcluster's late build ("make -s kueue metrics-server") has built
 # them. The manager and localcluster come first: their build downloads the operator's modules.
+# A late program already built but out of date (a new version pinned) is built again first.
+# LATE_MAKE: with $(MAKE) itself in the recipe, make would run the line even under -n.
+LATE_MAKE = $(MAKE)
 .PHONY: run
-run: run-programs manifests cluster-essential $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
+run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(LATE_MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
 
 .PHONY: run-programs
 run-programs: buildstep

@@ -89,7 +89,9 @@ func run() error {
 
 	// Only this process hears Ctrl-C: the control plane and the command run in their own process
 	// groups, so they are stopped here, in order.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A closed terminal (SIGHUP) stops the cluster as Ctrl-C does: its programs and the late
+	// build would run on, orphaned, otherwise.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
 	for _, q := range []string{cpu, memory, gpu} {

@@ -232,7 +232,9 @@ func (c *trainJobsCollector) Collect(ch chan<- prometheus.Metric) {
 		s := statusState(&tj.Status)
 		k := stateKey{fw, s}
 		byState[k]++
-		if since, ok := stateSince(tj, s); ok && (oldest[k].IsZero() || since.Before(oldest[k])) {
+		// Another controller's TrainJob (MultiKueue's) has no status from the operator: its age
+		// in a state says nothing of the operator.
+		if since, ok := stateSince(tj, s); ok && tj.ManagedByOperator() && (oldest[k].IsZero() || since.Before(oldest[k])) {
 			oldest[k] = since
 		}
 	}

@@ -114,6 +114,11 @@ func TestTheCollectorAgesWaitingTrainJobsAndGangs(t *testing.T) {
 	}
 	queued, _, _ := trainJobs.GetByKey("ns/gang-queued")
 	queued.(*trainer.TrainJob).Spec.Suspend = ptr.To(true)
+	// MultiKueue's TrainJob waits in a queue for days, and the operator writes none of its
+	// status: it is not the operator's to be stuck.
+	elsewhere := trainJob("elsewhere", 48*time.Hour, trainer.TrainJobStatus{})
+	elsewhere.Spec.ManagedBy = ptr.To(trainer.MultiKueueControllerName)
+	require.NoError(t, trainJobs.Add(elsewhere))
 
 	// A PodGroup made an hour ago, whose scheduler places its gang or not.
 	podGroup := func(owner string, phase schedulerpluginsv1alpha1.PodGroupPhase, timeout *int32) *schedulerpluginsv1alpha1.PodGroup {
@@ -150,17 +155,18 @@ func TestTheCollectorAgesWaitingTrainJobsAndGangs(t *testing.T) {
 	got := scrape(t, c)
 	// Their runtime cannot be read: framework "none".
 	want := map[string]float64{
-		"trainjob_oldest_in_state_seconds{framework=none,state=Pending}":                  (2 * time.Hour).Seconds(),
-		"trainjob_oldest_in_state_seconds{framework=none,state=Created}":                  (30 * time.Minute).Seconds(),
-		"trainjob_oldest_in_state_seconds{framework=none,state=Suspended}":                (45 * time.Minute).Seconds(),
-		"trainjob_gangs_past_timeout{scheduler=coscheduling}":                             1,
-		"trainjob_gang_oldest_wait_seconds{scheduler=coscheduling}":                       (20 * time.Minute).Seconds(),
-		"trainjob_gang_oldest_wait_seconds{scheduler=volcano}":                            (5 * time.Minute).Seconds(),
-		"trainjob_trainjobs{framework=none,state=Pending}":                                2,
+		"trainjob_oldest_in_state_seconds{framework=none,state=Pending}":   (2 * time.Hour).Seconds(),
+		"trainjob_oldest_in_state_seconds{framework=none,state=Created}":   (30 * time.Minute).Seconds(),
+		"trainjob_oldest_in_state_seconds{framework=none,state=Suspended}": (45 * time.Minute).Seconds(),
+		"trainjob_gangs_past_timeout{scheduler=coscheduling}":              1,
+		"trainjob_gang_oldest_wait_seconds{scheduler=coscheduling}":        (20 * time.Minute).Seconds(),
+		"trainjob_gang_oldest_wait_seconds{scheduler=volcano}":             (5 * time.Minute).Seconds(),
+		"trainjob_trainjobs{framework=none,state=Pending}":                 3, // MultiKueue's among them
+
 		"trainjob_trainjobs{framework=none,state=Created}":                                3,
 		"trainjob_trainjobs{framework=none,state=Suspended}":                              1,
 		"trainjob_trainjobs{framework=none,state=Complete}":                               1,
-		"trainjob_runtime_trainjobs{kind=ClusterTrainingRuntime,name=runtime,namespace=}": 7,
+		"trainjob_runtime_trainjobs{kind=ClusterTrainingRuntime,name=runtime,namespace=}": 8,
 	}
 	var names []string
 	for name := range got {
