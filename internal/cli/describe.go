@@ -89,7 +89,6 @@ type gangInfo struct {
 	gang.State
 	name    string
 	created time.Time
-	timeout *int32
 	uid     types.UID
 }
 
@@ -209,9 +208,6 @@ func (t *tree) readGang(ctx context.Context, c *clients) error {
 		return err
 	}
 	g := &gangInfo{State: gang.StateOf(pg), name: pg.GetName(), created: pg.GetCreationTimestamp().Time, uid: pg.GetUID()}
-	if cs := s.PodGroupPolicy.Coscheduling; cs != nil {
-		g.timeout = cs.ScheduleTimeoutSeconds
-	}
 	t.gang = g
 	return nil
 }

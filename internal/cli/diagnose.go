@@ -184,8 +184,8 @@ func gangCause(t *tree, now time.Time) *cause {
 	}
 	msg := fmt.Sprintf("%s PodGroup %s is %s: %d of %d pods scheduled, for %s", g.Scheduler, g.name,
 		cmp.Or(g.Phase, "new"), scheduledPods(t), g.MinMember, duration.HumanDuration(now.Sub(g.created)))
-	if g.timeout != nil {
-		msg += fmt.Sprintf(" (its schedule timeout is %ds)", *g.timeout)
+	if g.Timeout > 0 {
+		msg += fmt.Sprintf(" (its schedule timeout is %ds)", int64(g.Timeout.Seconds()))
 	}
 	if p, why := firstUnschedulable(t); p != nil {
 		msg += fmt.Sprintf("; the scheduler on pod %s: %s", p.Name, why)

@@ -218,7 +218,7 @@ func TestDiagnose(t *testing.T) {
 		"a gang that waits, with the scheduler's words": {
 			tj: created,
 			tree: tree{
-				gang: &gangInfo{State: gang.State{Scheduler: "coscheduling", Phase: "Pending", MinMember: 2}, name: "x", created: now.Add(-2 * time.Minute), timeout: ptr.To[int32](60)},
+				gang: &gangInfo{State: gang.State{Scheduler: "coscheduling", Phase: "Pending", MinMember: 2, Timeout: time.Minute}, name: "x", created: now.Add(-2 * time.Minute)},
 				pods: []corev1.Pod{pod("x-node-0-0", "node", unschedulable("0/4 nodes are available: 4 Insufficient cpu.")), pod("x-node-0-1", "node", nil)},
 			},
 			want:     CauseGangWait,

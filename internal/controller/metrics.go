@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
@@ -263,8 +262,7 @@ func collectGangWaits(ch chan<- prometheus.Metric, podGroups, trainJobs toolscac
 	for _, obj := range podGroups.List() {
 		g := gang.StateOf(obj)
 		scheduler = g.Scheduler
-		timeout, ok := gangTimeout(obj)
-		timed = timed || ok
+		timed = timed || g.Timeout > 0
 		if g.Running || g.Waiting == "" {
 			continue
 		}
@@ -280,7 +278,7 @@ func collectGangWaits(ch chan<- prometheus.Metric, podGroups, trainJobs toolscac
 		}
 		waited := now.Sub(since)
 		longest = max(longest, waited)
-		if ok && waited > timeout {
+		if g.Timeout > 0 && waited > g.Timeout {
 			pastTimeout++
 		}
 	}
@@ -291,15 +289,6 @@ func collectGangWaits(ch chan<- prometheus.Metric, podGroups, trainJobs toolscac
 	if timed {
 		ch <- prometheus.MustNewConstMetric(gangsPastTimeoutDesc, prometheus.GaugeValue, pastTimeout, scheduler)
 	}
-}
-
-// gangTimeout is how long a PodGroup's scheduler waits for its whole gang before it gives up on
-// the pods it holds: coscheduling's scheduleTimeoutSeconds. Volcano has none: it waits.
-func gangTimeout(obj any) (time.Duration, bool) {
-	if pg, ok := obj.(*schedulerpluginsv1alpha1.PodGroup); ok {
-		return time.Duration(ptr.Deref(pg.Spec.ScheduleTimeoutSeconds, gang.DefaultScheduleTimeoutSeconds)) * time.Second, true
-	}
-	return 0, false
 }
 
 // ownerTrainJob is the cached TrainJob that owns a PodGroup, or nil.

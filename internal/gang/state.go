@@ -2,6 +2,9 @@ package gang
 
 import (
 	"fmt"
+	"time"
+
+	"k8s.io/utils/ptr"
 
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -20,13 +23,17 @@ type State struct {
 	Running bool
 	// Waiting says why the gang waits, when its scheduler says it does.
 	Waiting string
+	// Timeout is how long the scheduler waits for the whole gang before it gives up on the pods
+	// it holds: coscheduling's scheduleTimeoutSeconds; 0 for Volcano, which waits.
+	Timeout time.Duration
 }
 
 // StateOf reads the State of a coscheduling or Volcano PodGroup.
 func StateOf(obj any) State {
 	switch pg := obj.(type) {
 	case *schedulerpluginsv1alpha1.PodGroup:
-		g := State{Scheduler: "coscheduling", Phase: string(pg.Status.Phase), MinMember: pg.Spec.MinMember}
+		g := State{Scheduler: "coscheduling", Phase: string(pg.Status.Phase), MinMember: pg.Spec.MinMember,
+			Timeout: time.Duration(ptr.Deref(pg.Spec.ScheduleTimeoutSeconds, DefaultScheduleTimeoutSeconds)) * time.Second}
 		switch pg.Status.Phase {
 		case schedulerpluginsv1alpha1.PodGroupRunning, schedulerpluginsv1alpha1.PodGroupFinished, schedulerpluginsv1alpha1.PodGroupFailed:
 			g.Running = true
