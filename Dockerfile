@@ -1,4 +1,6 @@
-# Builds the manager as a static binary on a distroless, non-root base.
+# Builds the manager as a static binary on a distroless, non-root base. `make image` builds the
+# same image without Docker: the same build script, and the same files laid out by
+# hack/images/manager-rootfs.sh (a test compares its user and entrypoint with these lines).
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -11,8 +13,9 @@ RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY internal/ internal/
+COPY hack/manager-build.sh hack/
 
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o manager ./cmd
+RUN GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH:-amd64} hack/manager-build.sh manager
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /

@@ -3,7 +3,7 @@
 # Everything the build needs is built from the Go module proxy into bin/ (see hack/tools.mk):
 # a fresh machine needs Go and nothing else.
 
-# The manager's image, for docker-build and build-installer.
+# The manager's image, for image, docker-build and build-installer.
 IMG ?= trainjob-operator:latest
 
 # Keep in step with go.mod: the third-party CRDs that the tests and `make run` install come from
@@ -89,9 +89,15 @@ test-monitoring: monitoring-tools ## Check the Grafana dashboard and the Prometh
 	$(PROMTOOL) check rules "$$dir/rules.yaml" && \
 	cp config/prometheus/tests/*.yaml "$$dir/" && cd "$$dir" && $(PROMTOOL) test rules *_test.yaml
 
+# The manager's image as the local cluster's real node loads it for test/e2e/installed: a tag
+# other than latest, so that its pods use the image loaded rather than pull one.
+LOCAL_IMG ?= localcluster.local/trainjob-operator:dev
+
 .PHONY: test-e2e
-test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one.
+test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one; then the operator installed there from its image (kustomize and Helm).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 30m $(E2E_ARGS)
+	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/installed/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: console-screenshots
 console-screenshots: localcluster-assets realnode-assets ## Take the web console's screenshots of docs/console.md again (docs/images), from its e2e tests in headless Chromium.
@@ -159,7 +165,7 @@ run-programs: buildstep
 	@$(call step,localcluster) $(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
 
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a Docker engine).
+docker-build: ## Build the manager image with Docker (make image builds the same without it).
 	docker build -t $(IMG) .
 
 .PHONY: build-installer

@@ -1,12 +1,13 @@
 #!/bin/sh
 # Installs what the local cluster's real node takes from Debian's packages, when it is missing:
-# containerd (with its CRI plugin) and ctr, runc, the CNI plugins, and busybox and debootstrap for
-# the images; and the headless Chromium that the web console's tests drive.
+# containerd (with its CRI plugin) and ctr, runc, the CNI plugins, iptables (kube-proxy's rules),
+# and busybox and debootstrap for the images; and the headless Chromium that the web console's
+# tests drive.
 set -eu
 missing=""
 for part in /usr/bin/containerd:containerd /usr/bin/ctr:containerd /usr/sbin/runc:runc \
 	/usr/lib/cni/bridge:containernetworking-plugins /usr/lib/cni/host-local:containernetworking-plugins \
-	/usr/lib/cni/loopback:containernetworking-plugins /usr/bin/busybox:busybox-static \
+	/usr/lib/cni/loopback:containernetworking-plugins /usr/sbin/iptables-restore:iptables /usr/bin/busybox:busybox-static \
 	/usr/sbin/debootstrap:debootstrap /usr/bin/chromium-headless-shell:chromium-headless-shell; do
 	[ -e "${part%%:*}" ] || missing="$missing ${part#*:}"
 done

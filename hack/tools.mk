@@ -51,6 +51,7 @@ ETCD ?= $(LOCALBIN)/etcd
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
 KUBECTL ?= $(LOCALBIN)/kubectl
 KUBE_CONTROLLER_MANAGER ?= $(LOCALBIN)/kube-controller-manager
+KUBE_PROXY ?= $(LOCALBIN)/kube-proxy
 JOBSET_CONTROLLER ?= $(LOCALBIN)/jobset-controller
 SCHEDULER_PLUGINS_SCHEDULER ?= $(LOCALBIN)/scheduler-plugins-scheduler
 SCHEDULER_PLUGINS_CONTROLLER ?= $(LOCALBIN)/scheduler-plugins-controller
@@ -105,9 +106,10 @@ envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserv
 cluster-essential: $(CLUSTER_ESSENTIAL) ## Build the programs of the local cluster that a TrainJob needs (make run builds the rest later).
 localcluster-assets: cluster-essential $(CLUSTER_LATE) ## Build every program of the local cluster (make run, make test-e2e).
 kubelet: $(KUBELET) ## Build kubelet (the local cluster's real node).
+kube-proxy: $(KUBE_PROXY) ## Build kube-proxy (the local cluster's real node: Service addresses).
 coredns: $(COREDNS) ## Build CoreDNS (the local cluster's DNS with a real node).
-realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node, make test-e2e).
-.PHONY: kubelet coredns realnode-assets realnode-deps images
+realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(KUBE_PROXY) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node, make test-e2e).
+.PHONY: kubelet kube-proxy coredns realnode-assets realnode-deps images
 
 ## The real node's programs from Debian's packages: containerd, runc, the CNI plugins.
 realnode-deps: ## Install containerd, runc, the CNI plugins and the console tests' headless Chromium from Debian's packages when missing (needs root).
@@ -190,9 +192,10 @@ K8S_PACKAGE_kube-apiserver := k8s.io/kubernetes/cmd/kube-apiserver
 K8S_PACKAGE_kubectl := k8s.io/kubernetes/cmd/kubectl
 K8S_PACKAGE_kube-controller-manager := k8s.io/kubernetes/cmd/kube-controller-manager
 K8S_PACKAGE_kubelet := k8s.io/kubernetes/cmd/kubelet
+K8S_PACKAGE_kube-proxy := k8s.io/kubernetes/cmd/kube-proxy
 K8S_PACKAGE_jobset-controller := sigs.k8s.io/jobset
 K8S_PACKAGE_kwok := sigs.k8s.io/kwok/cmd/kwok
-$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET): $(LOCALBIN)/%: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
+$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET) $(KUBE_PROXY): $(LOCALBIN)/%: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(K8S_MOD),k8s.io/kubernetes,$(K8S_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/jobset,$(JOBSET_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/kwok,$(KWOK_VERSION))
@@ -256,6 +259,18 @@ $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar &: $(IMAGES_TOOL) $(PROBE_SOURCE
 	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/probe:v1 -o $(IMAGES_DIR)/probe.tar
 	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/rootfs -tag localcluster.local/pause:v1 -entrypoint /probe,pause -o $(IMAGES_DIR)/pause.tar
 	rm -rf $(IMAGES_DIR)/rootfs
+
+## The manager's image, built without Docker (make image): hack/images/manager-rootfs.sh lays
+## out the files the Dockerfile's distroless base has and the binary hack/manager-build.sh builds
+## (the Dockerfile runs the same script), image-archive writes it as an archive that
+## `ctr images import` and `docker load` take, tagged IMG. Always rebuilt: the go build is quick
+## when nothing changed, and the tag may differ from the last run's.
+MANAGER_IMAGE ?= $(IMAGES_DIR)/manager.tar
+.PHONY: image
+image: $(IMAGES_TOOL) | $(LOCALBIN) ## Build the manager's image without Docker into bin/images/manager.tar, tagged IMG (ctr images import, docker load).
+	hack/images/manager-rootfs.sh $(IMAGES_DIR)/manager-rootfs
+	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/manager-rootfs -tag $(IMG) -entrypoint /manager -user 65532:65532 -workdir / -o $(MANAGER_IMAGE)
+	rm -rf $(IMAGES_DIR)/manager-rootfs
 
 ## The MPI image: Debian with OpenSSH, Open MPI and Python 3, as mpi-operator's images are set up
 ## (hack/images/mpi-rootfs.sh, with debootstrap from Debian's mirror; about 2 minutes).

@@ -286,20 +286,6 @@ func TestGangOnTheRealNodeStartsAllOrNone(t *testing.T) {
 	}
 }
 
-// trainerScript is a trainer's progress report in Python, as upstream's SDK sends it: urllib
-// over Python's ssl module (OpenSSL), trusting only the CA the operator mounts, with the token
-// the kubelet projects.
-const trainerScript = `
-import json, os, ssl, urllib.request
-ctx = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
-token = open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read().strip()
-body = {"trainerStatus": {"progressPercentage": 100, "metrics": [{"name": "loss", "value": "0.125"}]}}
-req = urllib.request.Request(os.environ["KUBEFLOW_TRAINER_SERVER_URL"], data=json.dumps(body).encode(), method="POST",
-                             headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
-    print("reported:", resp.status)
-`
-
 // TestARealPythonTrainerReportsProgress runs a trainer on the real node that reports its progress
 // with Python's TLS, which, unlike Go's, refuses a serving certificate handed out as its own CA:
 // the local cluster's webhook certificate is signed by a CA of its own, as a real install's is,
@@ -308,7 +294,7 @@ func TestARealPythonTrainerReportsProgress(t *testing.T) {
 	ns := newNamespace(t)
 	tj := onTheRealNode(utiltesting.MakeTrainJob("python", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed"), "torch", 1)
 	tj.Spec.Trainer.Image = ptr.To(testenv.MPIImage)
-	tj.Spec.Trainer.Command = []string{"python3", "-c", trainerScript}
+	tj.Spec.Trainer.Command = []string{"python3", "-c", testenv.ProgressReportScript}
 	tj.Spec.Trainer.Env = nil
 	got, logs := runOnTheRealNode(t, tj, trainer.TrainJobComplete)
 	for _, log := range logs {

@@ -92,6 +92,14 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	// A node's address, not its host name, which resolves nowhere here: for `kubectl logs` and
 	// `exec`, the API server calls the real node's kubelet there.
 	apiServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	if s.local != nil && s.local.InCluster {
+		if !s.local.RealNode {
+			return nil, errors.New("a local cluster's in-cluster clients need its real node")
+		}
+		if err := configureInCluster(apiServer); err != nil {
+			return nil, err
+		}
+	}
 	if s.local != nil {
 		// The aggregator's client certificate, for metrics.k8s.io (metrics-server).
 		if err := configureFrontProxy(filepath.Join(c.Dir, "front-proxy"), func(name, value string) {

@@ -50,8 +50,15 @@ type LocalOptions struct {
 	// plugins (hack/realnode-deps.sh), and the images of `make images`.
 	RealNode bool
 	// RealNodeImages are more image archives of bin/images for the real node to load, beside
-	// the probe, pause and MPI images: "torch.tar" (make images-torch).
+	// the probe, pause and MPI images: "torch.tar" (make images-torch), "manager.tar" (make image).
 	RealNodeImages []string
+	// InCluster makes the real node's pods in-cluster clients and Services work as in a real
+	// cluster, so that the operator can run there as it is installed: the API server serves on
+	// the node's address too, behind the kubernetes Service, with a certificate for it; pods get
+	// their ServiceAccount's token (the ServiceAccount admission plugin, which envtest leaves
+	// out); and kube-proxy routes Service addresses, for pods and for this machine (the API
+	// server reaching a webhook Service). It needs RealNode.
+	InCluster bool
 	// HPASyncPeriod is how often kube-controller-manager's HorizontalPodAutoscaler controller
 	// looks at each HPA (--horizontal-pod-autoscaler-sync-period); zero is its default, 15 s.
 	HPASyncPeriod time.Duration

@@ -65,6 +65,8 @@ var RealNodeParts = map[string]string{
 	"/usr/lib/cni/loopback":   "containernetworking-plugins",
 	"/usr/lib/cni/host-local": "containernetworking-plugins",
 	"/usr/bin/ctr":            "containerd",
+	// kube-proxy's rules (LocalOptions.InCluster), and the bridge plugin's masquerading.
+	"/usr/sbin/iptables-restore": "iptables",
 }
 
 // missingRealNodeParts lists the packages of RealNodeParts that are not installed.
@@ -168,6 +170,11 @@ func (c *Cluster) startRealNode(ctx context.Context, extraImages []string) error
 	if err := c.waitForNode(ctx, RealNodeName); err != nil {
 		return err
 	}
+	if c.settings.local.InCluster {
+		if err := c.startKubeProxy(ip); err != nil {
+			return err
+		}
+	}
 	c.RealNodeJoined = time.Since(started)
 	return nil
 }
@@ -175,7 +182,7 @@ func (c *Cluster) startRealNode(ctx context.Context, extraImages []string) error
 // startDNS starts CoreDNS on the node's address, port 53: the real node's pods' name server
 // (the kubelet's clusterDNS). It answers for the cluster's Services and pods, JobSet's pod host
 // names among them, and asks this machine's resolver for the rest. No Service address stands in
-// front of it: the local cluster runs no kube-proxy.
+// front of it: kube-proxy runs only in a cluster with in-cluster clients (LocalOptions.InCluster).
 func (c *Cluster) startDNS(ip string) error {
 	kubeconfig, err := c.Kubeconfig("coredns")
 	if err != nil {

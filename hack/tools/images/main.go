@@ -4,7 +4,7 @@
 // written with this and loaded into its containerd (test/testenv). go-containerregistry writes
 // the image's manifest, config and digests.
 //
-//	image-archive -rootfs DIR -tag REF -o FILE [-entrypoint /path,arg,...]
+//	image-archive -rootfs DIR -tag REF -o FILE [-entrypoint /path,arg,...] [-user UID:GID] [-workdir DIR]
 package main
 
 import (
@@ -31,17 +31,19 @@ func main() {
 	tag := flag.String("tag", "", "the image's name and tag, e.g. localcluster.local/probe:v1")
 	out := flag.String("o", "", "the archive to write")
 	entrypoint := flag.String("entrypoint", "", "the entrypoint, its parts separated by commas")
+	user := flag.String("user", "", "the user the image runs as, as UID:GID (Pod Security's runAsNonRoot needs a number)")
+	workdir := flag.String("workdir", "", "the working directory")
 	flag.Parse()
 	if *rootfs == "" || *tag == "" || *out == "" {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := write(*rootfs, *tag, *out, *entrypoint); err != nil {
+	if err := write(*rootfs, *tag, *out, *entrypoint, *user, *workdir); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func write(rootfs, tag, out, entrypoint string) error {
+func write(rootfs, tag, out, entrypoint, user, workdir string) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return err
@@ -73,6 +75,7 @@ func write(rootfs, tag, out, entrypoint string) error {
 	if entrypoint != "" {
 		cfg.Config.Entrypoint = strings.Split(entrypoint, ",")
 	}
+	cfg.Config.User, cfg.Config.WorkingDir = user, workdir
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 // Build-only module for the local cluster's programs built on Kubernetes 1.36: kube-apiserver,
-// kubectl, kube-controller-manager, the JobSet controller and KWOK (see hack/tools.mk). One
-// module, so that the Kubernetes libraries they share are compiled once. Keep JobSet's version
-// in step with go.mod's sigs.k8s.io/jobset.
+// kubectl, kube-controller-manager, the JobSet controller and KWOK, and the real node's kubelet
+// and kube-proxy (see hack/tools.mk). One module, so that the Kubernetes libraries they share
+// are compiled once. Keep JobSet's version in step with go.mod's sigs.k8s.io/jobset.
 //
 // k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every
 // k8s.io staging module with a local ./staging/... path, which does not exist
@@ -17,6 +17,7 @@ godebug default=go1.26
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-proxy
 	k8s.io/kubernetes/cmd/kubectl
 	k8s.io/kubernetes/cmd/kubelet
 	sigs.k8s.io/jobset
@@ -100,6 +101,7 @@ require (
 	github.com/mitchellh/copystructure v1.2.0 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
+	github.com/moby/ipvs v1.1.0 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
@@ -131,6 +133,8 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/stoewer/go-strcase v1.3.0 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
 	github.com/wzshiming/cmux v0.4.2 // indirect
 	github.com/wzshiming/ctc v1.2.3 // indirect
 	github.com/wzshiming/easycel v0.6.0 // indirect
@@ -215,6 +219,7 @@ require (
 	sigs.k8s.io/controller-runtime v0.24.1 // indirect
 	sigs.k8s.io/jobset v0.12.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
+	sigs.k8s.io/knftables v0.0.21 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect
 	sigs.k8s.io/kustomize/kustomize/v5 v5.8.1 // indirect
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Lays out the manager image's root file system in DIR, from files alone, as the Dockerfile's base
+# (gcr.io/distroless/static:nonroot) has it: the static manager at /manager, the user nonroot
+# (65532) and its group, the CA certificates of Debian's ca-certificates, and a /tmp. No shell, no
+# package manager: nothing to run in it but the manager.
+#
+#	hack/images/manager-rootfs.sh DIR
+set -eu
+dir=$1
+rm -rf "$dir"
+mkdir -p "$dir/etc/ssl/certs" "$dir/home/nonroot" "$dir/tmp"
+chmod 1777 "$dir/tmp"
+chown 65532:65532 "$dir/home/nonroot"
+hack/manager-build.sh "$dir/manager"
+cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
+cat > "$dir/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+PASSWD
+cat > "$dir/etc/group" <<'GROUP'
+root:x:0:
+nobody:x:65534:
+nonroot:x:65532:
+GROUP

@@ -1,0 +1,39 @@
+package installed
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTheImageIsTheDockerfiles checks that `make image`, which needs no Docker, builds what the
+// Dockerfile builds: the same build script, the same user, entrypoint and working directory, the
+// files of the Dockerfile's distroless base that the manager uses, and nothing to run but the
+// manager (no shell).
+func TestTheImageIsTheDockerfiles(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
+	require.NoError(t, err)
+	dockerfile := string(data)
+	instruction := func(name string) string {
+		m := regexp.MustCompile(`(?m)^`+name+` (.+)$`).FindAllStringSubmatch(dockerfile, -1)
+		require.NotEmpty(t, m, "the Dockerfile has no %s", name)
+		return strings.TrimSpace(m[len(m)-1][1])
+	}
+	assert.Contains(t, instruction("RUN"), "hack/manager-build.sh manager", "the Dockerfile builds the manager otherwise")
+	assert.Equal(t, "gcr.io/distroless/static:nonroot", instruction("FROM"))
+	assert.Equal(t, instruction("USER"), image.User)
+	assert.Equal(t, `["`+strings.Join(image.Entrypoint, `", "`)+`"]`, instruction("ENTRYPOINT"))
+	assert.Equal(t, instruction("WORKDIR"), image.WorkingDir)
+	for _, file := range []string{"manager", "etc/passwd", "etc/group", "etc/ssl/certs/ca-certificates.crt", "tmp", "home/nonroot"} {
+		assert.True(t, slices.Contains(image.Files, file), "the image lacks /%s: %v", file, image.Files)
+	}
+	for _, file := range image.Files {
+		assert.NotRegexp(t, `^(bin|usr|sbin)(/|$)`, file, "the image has programs besides the manager")
+	}
+}

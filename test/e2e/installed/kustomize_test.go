@@ -1,0 +1,247 @@
+package installed
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// TestTheKustomizeInstallRuns installs config/default as docs/install.md tells a platform
+// engineer to, with two replicas on the real node, then, through that install alone: the shipped
+// runtimes and every sample are admitted by its webhooks and run to Complete; bad input is
+// refused by its webhooks; a real trainer on the real node reports progress to it by its
+// Service's name; a failing trainer's exit code and log reach the TrainJob's status; an elastic
+// TrainJob scales; its metrics are scraped with a token; the kubectl plugin works against it;
+// and when its leader is killed, the other replica leads within the lease time and rebuilds
+// nothing.
+func TestTheKustomizeInstallRuns(t *testing.T) {
+	ctx := context.Background()
+	objs := kustomizeInstall(t)
+	t.Cleanup(func() { uninstall(t, objs) })
+	waitForOperator(t, operatorNamespace, 2)
+	installRuntimes(t)
+	samples := newNamespace(t)
+
+	t.Run("the samples run to Complete", func(t *testing.T) {
+		for _, tj := range applySamples(t, samples) {
+			if tj.Spec.RuntimeRef.Name == "torch-kai" {
+				continue // No KAI Scheduler in the local cluster.
+			}
+			waitForTrainJob(t, tj, isTrue(trainer.TrainJobComplete))
+		}
+	})
+
+	t.Run("bad input is refused by its webhooks", func(t *testing.T) { badInputIsRefused(t, samples) })
+
+	t.Run("a real trainer reports progress at its Service", func(t *testing.T) {
+		tj := onTheRealNode(utiltesting.MakeTrainJob("python", samples).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed"))
+		tj.Spec.Trainer.Image = ptr.To(testenv.MPIImage)
+		tj.Spec.Trainer.Command = []string{"python3", "-c", testenv.ProgressReportScript}
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		explainOnFailure(t, tj)
+		got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobComplete))
+		for _, log := range logsOf(t, tj) {
+			assert.Contains(t, log, "reported: 200")
+		}
+		got = waitForTrainJob(t, got, func(c *assert.CollectT, got *trainer.TrainJob) {
+			if assert.NotNil(c, got.Status.TrainerStatus) {
+				assert.Equal(c, ptr.To[int32](100), got.Status.TrainerStatus.ProgressPercentage)
+			}
+		})
+		for _, p := range pods(t, tj) {
+			assert.Contains(t, envOf(p, "KUBEFLOW_TRAINER_SERVER_URL"), "https://"+webhookServiceName+"."+operatorNamespace+".svc/",
+				"the trainer reports to the install's Service by name")
+		}
+	})
+
+	t.Run("a failing trainer's cause reaches the status", func(t *testing.T) {
+		// A runtime whose trainer fails at once rather than being restarted in its pod.
+		rt := &trainer.TrainingRuntime{}
+		rt.Name, rt.Namespace = "fail-fast", samples
+		rt.Spec = utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj()
+		job := &rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec
+		job.BackoffLimit, job.Template.Spec.RestartPolicy = ptr.To[int32](0), corev1.RestartPolicyNever
+		require.NoError(t, k8sClient.Create(ctx, rt))
+		tj := onTheRealNode(utiltesting.MakeTrainJob("failing", samples).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name))
+		tj.Spec.Trainer.Command = []string{"sh", "-c", "echo 'CUDA error: out of patience' >&2; exit 3"}
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		explainOnFailure(t, tj)
+		got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobFailed))
+		require.NotNil(t, got.Status.Failure)
+		assert.Equal(t, ptr.To[int32](3), got.Status.Failure.ExitCode)
+		assert.Equal(t, testenv.RealNodeName, got.Status.Failure.Node)
+		assert.Contains(t, got.Status.Failure.Message, "out of patience")
+	})
+
+	t.Run("an elastic TrainJob scales", func(t *testing.T) {
+		tj := utiltesting.MakeTrainJob("grow", samples).RuntimeRef(trainer.TrainingRuntimeKind, "torch-elastic").NumNodes(1).Obj()
+		tj.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) { assert.Equal(c, "1/1", got.Status.Ready) })
+		out, err := kubectl(t, "scale", "trainjob/grow", "-n", samples, "--replicas", "3")
+		require.NoError(t, err, out)
+		waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+			assert.Equal(c, int32(3), got.Status.Nodes)
+			assert.Equal(c, "3/3", got.Status.Ready)
+		})
+		out, err = kubectl(t, "scale", "trainjob/grow", "-n", samples, "--replicas", "4")
+		require.Error(t, err)
+		assert.Contains(t, out, "spec.trainer.numNodes: Invalid value: 4")
+		require.NoError(t, k8sClient.Delete(ctx, tj))
+	})
+
+	t.Run("its metrics are scraped with a token", func(t *testing.T) { metricsAreScrapedWithAToken(t) })
+
+	t.Run("the kubectl plugin works against it", func(t *testing.T) {
+		out := trainjobCLI(t, samples, "list")
+		assert.Regexp(t, `(?m)^torch-example\s+Complete\s`, out)
+		out = trainjobCLI(t, samples, "describe", "failing")
+		assert.Contains(t, out, "exit code 3")
+		assert.Contains(t, out, "out of patience")
+	})
+
+	t.Run("the leader is killed: the other replica leads, nothing is built twice", func(t *testing.T) {
+		tj := utiltesting.MakeTrainJob("long", samples).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").NumNodes(2).Obj()
+		tj.Spec.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+		require.NoError(t, k8sClient.Create(ctx, tj))
+		waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) { assert.Equal(c, "2/2", got.Status.Ready) })
+		before := &jobsetv1alpha2.JobSet{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), before))
+		podsBefore := podUIDs(t, tj)
+
+		leader := leaderOf(t, operatorNamespace)
+		killed := killManager(t, leader)
+		var next string
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			next = leaderOf(c, operatorNamespace)
+			assert.NotEqual(c, leader, next)
+		}, time.Minute, 100*time.Millisecond)
+		took := time.Since(killed)
+		t.Logf("%s led %s after %s was killed", next, took.Round(100*time.Millisecond), leader)
+		// The lease lasts 15 s from the dead leader's last renewal, which came up to one retry
+		// period (2 s) before its death; the others try every 2 s.
+		assert.Less(t, took, 15*time.Second+2*2*time.Second+3*time.Second, "the other replica took longer than the lease time to lead")
+
+		// The new leader works: a new TrainJob runs, and the running one is as it was.
+		next2 := utiltesting.MakeTrainJob("after", samples).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").Obj()
+		require.NoError(t, k8sClient.Create(ctx, next2))
+		waitForTrainJob(t, next2, isTrue(trainer.TrainJobComplete))
+		after := &jobsetv1alpha2.JobSet{}
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), after))
+		assert.Equal(t, before.UID, after.UID, "the JobSet was made anew")
+		assert.Equal(t, before.Generation, after.Generation, "the JobSet's spec was written again")
+		assert.Equal(t, podsBefore, podUIDs(t, tj), "the TrainJob's pods were replaced")
+		require.NoError(t, k8sClient.Delete(ctx, tj))
+		waitForOperator(t, operatorNamespace, 2)
+	})
+}
+
+// installRuntimes installs the shipped runtimes once the operator serves, as docs/install.md
+// says: they go through the installed webhooks, which the API server reaches at their Service.
+func installRuntimes(t *testing.T) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, cluster.Install(context.Background(), "config/runtimes"))
+	}, polling.Timeout, polling.Interval)
+	t.Cleanup(func() { // kubectl delete -k config/runtimes
+		objs, err := testenv.Kustomize(filepath.Join(repoRoot(t), "config", "runtimes"))
+		require.NoError(t, err)
+		for _, obj := range objs {
+			assert.NoError(t, client.IgnoreNotFound(k8sClient.Delete(context.Background(), obj)))
+		}
+	})
+}
+
+// badInputIsRefused creates what the CRD schema accepts but the operator's webhooks refuse: each
+// is refused at admission, naming the field and the reason in the webhook's words. (Had the API
+// server not reached the installed webhooks, it would refuse them all the same, for that.)
+func badInputIsRefused(t *testing.T, ns string) {
+	ctx := context.Background()
+	tj := utiltesting.MakeTrainJob("bad", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").
+		Initializer(&trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("datasets/mnist")}}).Obj()
+	err := k8sClient.Create(ctx, tj)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `spec.initializer.dataset.storageUri: Invalid value: "datasets/mnist": storageUri must be empty, an absolute path, or have the form scheme://path`)
+
+	rt := &trainer.TrainingRuntime{}
+	rt.Name, rt.Namespace = "bad", ns
+	rt.Spec = utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", "", "node")).Obj()
+	err = k8sClient.Create(ctx, rt)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.template.spec.replicatedJobs: Required value: the Job template or pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer")
+}
+
+// onTheRealNode makes a TrainJob run the probe's image on the real node with a single node and
+// resources that fit the machine.
+func onTheRealNode(w *utiltesting.TrainJobWrapper) *trainer.TrainJob {
+	tj := w.Trainer(&trainer.Trainer{}).NumNodes(1).PodSpecOverrides(trainer.PodSpecOverride{
+		TargetJobs: []string{"node"},
+		PodSpecPatch: trainer.PodSpecPatch{
+			NodeSelector: map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
+			Tolerations:  []corev1.Toleration{testenv.RealNodeToleration()},
+		},
+	}).Obj()
+	tj.Spec.Trainer.Image = ptr.To(testenv.ProbeImage)
+	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+	}}
+	return tj
+}
+
+// envOf is the value of a pod's first container's environment variable.
+func envOf(p corev1.Pod, name string) string {
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// podUIDs are the UIDs of the TrainJob's pods, by name.
+func podUIDs(t *testing.T, tj *trainer.TrainJob) map[string]types.UID {
+	uids := map[string]types.UID{}
+	for _, p := range pods(t, tj) {
+		uids[p.Name] = p.UID
+	}
+	return uids
+}
+
+// applySamples applies config/samples as a user does (`kubectl apply --server-side -k`), into
+// namespace ns, and returns the TrainJobs among them.
+func applySamples(t *testing.T, ns string) []*trainer.TrainJob {
+	t.Helper()
+	objs, err := testenv.Kustomize(filepath.Join(repoRoot(t), "config", "samples"))
+	require.NoError(t, err)
+	var tjs []*trainer.TrainJob
+	for _, obj := range objs {
+		namespaced, err := k8sClient.IsObjectNamespaced(obj)
+		require.NoError(t, err)
+		if namespaced {
+			obj.SetNamespace(ns)
+		}
+		require.NoError(t, testenv.Apply(context.Background(), k8sClient, "kubectl", obj), "applying %s %s", obj.GetKind(), obj.GetName())
+		if obj.GetKind() == trainer.TrainJobKind {
+			tj := &trainer.TrainJob{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, tj))
+			tjs = append(tjs, tj)
+		}
+	}
+	require.NotEmpty(t, tjs)
+	return tjs
+}

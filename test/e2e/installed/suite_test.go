@@ -1,0 +1,97 @@
+// Package installed proves the operator as a platform engineer installs it: its own image
+// (`make image`, built without Docker) loaded into the local cluster's real node, installed from
+// config/default with kustomize and from the Helm chart, and running there as pods of that
+// image, as its ServiceAccount with the RBAC the install ships and nothing more, serving its
+// webhooks and progress endpoint through its Services, rotating its own certificate, one leader
+// of two replicas, in a namespace that enforces the restricted Pod Security standard. No
+// manager runs in this process: everything the tests see, the installed operator did.
+//
+// The local cluster is the e2e suite's (JobSet, the Job controller, Coscheduling, KWOK's fake
+// nodes), with in-cluster clients (testenv.LocalOptions.InCluster): the API server behind the
+// kubernetes Service, ServiceAccount tokens in pods, kube-proxy and CoreDNS.
+package installed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+var (
+	k8sClient client.Client
+	cluster   *testenv.Cluster
+	// image is the manager's image the real node loaded, as `make image` tagged it.
+	image *testenv.Image
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if image, err = testenv.ReadImage(testenv.ManagerImageArchive); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	opts := testenv.DefaultLocalOptions()
+	opts.PodRunTime = 2 * time.Second
+	opts.RealNode, opts.InCluster = true, true
+	opts.RealNodeImages = []string{testenv.ManagerImageArchive}
+	if cluster, err = testenv.Start(testenv.WithLocalCluster(opts)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cluster.Stop()
+	k8sClient = cluster.Client
+	code := m.Run()
+	if code != 0 {
+		// The cluster's logs go with it: keep a copy to read.
+		keep, _ := os.MkdirTemp("", "trainjob-installed-logs-")
+		_ = os.CopyFS(keep, os.DirFS(cluster.LogDir()))
+		fmt.Fprintf(os.Stderr, "The cluster's logs: %s\n", keep)
+	}
+	return code
+}
+
+// Polling limits: the installed operator starts in seconds, but its pods wait for the kubelet to
+// mount the certificate its rotation wrote, which the kubelet syncs within a minute or so.
+var (
+	polling      = utiltesting.Polling{Timeout: 90 * time.Second, Interval: 250 * time.Millisecond}
+	startPolling = utiltesting.Polling{Timeout: 4 * time.Minute, Interval: time.Second}
+)
+
+func newNamespace(t *testing.T) string { return utiltesting.NewNamespace(t, k8sClient, "installed") }
+
+// waitForTrainJob waits for the TrainJob to satisfy check, and returns it.
+func waitForTrainJob(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, tj *trainer.TrainJob)) *trainer.TrainJob {
+	t.Helper()
+	return utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &trainer.TrainJob{}, check)
+}
+
+// isTrue checks that the TrainJob's condition is True.
+func isTrue(condType string) func(c *assert.CollectT, tj *trainer.TrainJob) {
+	return func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.True(c, apimeta.IsStatusConditionTrue(tj.Status.Conditions, condType), "%s is not True: %v", condType, tj.Status.Conditions)
+	}
+}
+
+// pods lists the pods of a TrainJob's JobSet.
+func pods(t require.TestingT, tj *trainer.TrainJob) []corev1.Pod {
+	list := &corev1.PodList{}
+	require.NoError(t, k8sClient.List(context.Background(), list, client.InNamespace(tj.Namespace),
+		client.MatchingLabels{"jobset.sigs.k8s.io/jobset-name": tj.Name}))
+	return list.Items
+}
