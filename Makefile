@@ -159,6 +159,13 @@ LATE_MAKE = $(MAKE)
 run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(LATE_MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
 
+# INSTALL: how make run-installed installs the operator, kustomize (config/default) or helm.
+INSTALL ?= kustomize
+.PHONY: run-installed
+run-installed: run-programs manifests realnode-assets helm ## Start a local cluster with a real node, and install the operator into it from its image (make image), as a platform engineer does: INSTALL=kustomize (config/default) or INSTALL=helm; its pods run on the real node. Ctrl-C stops all.
+	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG)
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster -real-node -operator $(INSTALL) $(CLUSTER_ARGS) -install config/runtimes
+
 .PHONY: run-programs
 run-programs: buildstep
 	@$(call step,manager) $(GO) build -o $(LOCALBIN)/manager ./cmd

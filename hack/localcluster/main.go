@@ -14,6 +14,10 @@
 //
 // The cluster's binaries come from KUBEBUILDER_ASSETS, else the repository's bin/
 // (`make localcluster-assets`).
+//
+// With -operator (and -real-node), there is no command: the operator is installed into the
+// cluster from its image, as a platform engineer installs it (testenv.InstallOperator), and runs
+// there as pods of the real node (make run-installed).
 package main
 
 import (
@@ -74,17 +78,30 @@ func run() error {
 		install = append(install, dir)
 		return nil
 	})
+	var operator string
+	flag.StringVar(&operator, "operator", "", "Install the operator from its image (make image) as a platform engineer does, instead of running COMMAND: "+
+		testenv.InstallKustomize+" (config/default) or "+testenv.InstallHelm+" (the chart), two replicas on the real node, in namespace "+
+		testenv.OperatorNamespace+" (needs -real-node).")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-install DIR]... -- COMMAND [ARGS...]")
+		fmt.Fprintln(flag.CommandLine.Output(), "Usage: localcluster [-install DIR]... -- COMMAND [ARGS...]\n       localcluster -real-node -operator kustomize|helm [-install DIR]...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
 	// envtest logs through controller-runtime, which prints a stack when no logger is set
 	// within 30 s: Kueue's and metrics-server's webhooks and APIService come later than that.
 	ctrllog.SetLogger(logr.Discard())
-	if flag.NArg() == 0 {
+	switch {
+	case operator == "" && flag.NArg() == 0:
 		flag.Usage()
 		return errors.New("no command to run")
+	case operator != "" && flag.NArg() > 0:
+		return errors.New("-operator installs the operator: there is no command to run")
+	case operator != "" && !local.RealNode:
+		return errors.New("-operator needs -real-node: the operator's pods run on it")
+	case operator != "":
+		// Its pods are in-cluster clients, from the image the real node loads.
+		local.InCluster = true
+		local.RealNodeImages = append(local.RealNodeImages, testenv.ManagerImageArchive)
 	}
 
 	// Only this process hears Ctrl-C: the control plane and the command run in their own process
@@ -104,7 +121,11 @@ func run() error {
 
 	fmt.Println("Starting the local cluster on loopback...")
 	started := time.Now()
-	cluster, err := testenv.Start(testenv.WithWebhooks, testenv.WithLocalCluster(local))
+	opts := []testenv.Option{testenv.WithLocalCluster(local)}
+	if operator == "" {
+		opts = append(opts, testenv.WithWebhooks) // For the command's webhook server, on loopback.
+	}
+	cluster, err := testenv.Start(opts...)
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
@@ -119,16 +140,30 @@ func run() error {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
 	}
 
-	cmd, done, err := start(kubeconfig, env.WebhookInstallOptions, flag.Args())
-	if err != nil {
-		return err
-	}
-	defer stopCommand(cmd, done)
-
 	// The runtimes pass the operator's webhooks: install them once it serves.
-	webhooks := net.JoinHostPort(env.WebhookInstallOptions.LocalServingHost, strconv.Itoa(env.WebhookInstallOptions.LocalServingPort))
-	if err := waitForWebhooks(ctx, webhooks, done); err != nil {
-		return err
+	var done chan error
+	var serving string
+	if operator == "" {
+		var cmd *exec.Cmd
+		if cmd, done, err = start(kubeconfig, env.WebhookInstallOptions, flag.Args()); err != nil {
+			return err
+		}
+		defer stopCommand(cmd, done)
+		webhooks := net.JoinHostPort(env.WebhookInstallOptions.LocalServingHost, strconv.Itoa(env.WebhookInstallOptions.LocalServingPort))
+		if err := waitForWebhooks(ctx, webhooks, done); err != nil {
+			return err
+		}
+		serving = "and the operator's webhooks (served at " + webhooks + ")"
+	} else {
+		fmt.Printf("Installing the operator with %s...\n", operator)
+		in, err := cluster.InstallOperator(ctx, operator, testenv.OperatorNamespace, 2)
+		if err != nil {
+			return err
+		}
+		if err := in.WaitReady(ctx, 5*time.Minute); err != nil {
+			return err
+		}
+		serving = "and the operator, installed with " + operator + ": 2 replicas on the real node, in namespace " + in.Namespace
 	}
 	for _, dir := range install {
 		if err := cluster.Install(ctx, dir); err != nil {
@@ -142,7 +177,7 @@ func run() error {
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
 Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler,%s
-and the operator's webhooks (served at %s).%s
+%s.%s
   kubeconfig: %s
   logs of the cluster's programs: %s
 Try, in another terminal:
@@ -152,7 +187,7 @@ Try, in another terminal:
   %s explain trainjob.spec.trainer
   %s top pods -A   # a fake node's pod uses what its annotation %s says (1m without it)
 %s
-`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, running(cluster), webhooks, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl,
+`, time.Since(started).Seconds(), env.Config.Host, local.Nodes, running(cluster), serving, installed(install), kubeconfig, cluster.LogDir(), kubeconfig, kubectl, kubectl, kubectl,
 		kubectl, testenv.UsageCPUAnnotation, realNode(cluster, kubectl))
 
 	var build struct {

@@ -279,7 +279,7 @@ type manager struct {
 }
 
 func startManager(cluster *testenv.Cluster) (*manager, error) {
-	kubeconfig, err := cluster.Kubeconfig("manager")
+	kubeconfig, err := cluster.OperatorKubeconfig(context.Background(), "manager")
 	if err != nil {
 		return nil, err
 	}

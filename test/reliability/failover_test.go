@@ -39,8 +39,8 @@ func startReplica(t *testing.T, user string) *replica {
 	require.NoError(t, err)
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
-	p := startManager(t, user, []string{"ENABLE_WEBHOOKS=true", "POD_NAMESPACE=default"},
-		"--leader-elect", "--leader-elect-namespace=default",
+	p := startManager(t, user, []string{"ENABLE_WEBHOOKS=true", "POD_NAMESPACE=" + testenv.OperatorNamespace},
+		"--leader-elect", "--leader-elect-namespace="+testenv.OperatorNamespace,
 		"--webhook-cert-path="+hooks.LocalServingCertDir, "--webhook-host="+hooks.LocalServingHost, "--webhook-port="+port)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -53,7 +53,10 @@ func startFaultyAPIServer(t *testing.T, seed uint64) *faultyAPIServer {
 	t.Helper()
 	upstream, err := url.Parse(cluster.Env.Config.Host)
 	require.NoError(t, err)
-	transport, err := rest.TransportFor(cluster.Env.Config)
+	// As the installed operator, with its RBAC: the manager behind the proxy sends no credentials.
+	operator, err := cluster.OperatorConfig(context.Background())
+	require.NoError(t, err)
+	transport, err := rest.TransportFor(operator)
 	require.NoError(t, err)
 	f := &faultyAPIServer{random: rand.New(rand.NewPCG(seed, 1)), faults: map[int]int{}}
 	proxy := httputil.NewSingleHostReverseProxy(upstream)

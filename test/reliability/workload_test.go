@@ -25,11 +25,12 @@ import (
 	"github.com/trainjob/operator/test/testenv"
 )
 
-// startManager runs the manager as its own program, as user (its writes are told apart by it),
+// startManager runs the manager as its own program, as user (its writes are told apart by it)
+// acting as the installed operator, with its RBAC (testenv.OperatorKubeconfig),
 // without webhooks unless env says ENABLE_WEBHOOKS=true, with env and args added.
 func startManager(t *testing.T, user string, env []string, args ...string) *testenv.Program {
 	t.Helper()
-	kubeconfig, err := cluster.Kubeconfig(user)
+	kubeconfig, err := cluster.OperatorKubeconfig(context.Background(), user)
 	require.NoError(t, err)
 	p, err := cluster.StartProgram(managerPath, append([]string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"}, env...),
 		append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)

@@ -60,6 +60,10 @@ type Cluster struct {
 	nodes int
 	// kwokAddr is where KWOK serves the fake nodes' resource metrics, on loopback.
 	kwokAddr string
+	// operatorRBAC is set once config/default's RBAC is installed (OperatorConfig).
+	operatorRBAC bool
+	// jobSetWebhookPort is where StartManager serves JobSet's webhooks beside a bare API server.
+	jobSetWebhookPort int
 }
 
 // Start starts an environment made by New with opts. With WithLocalCluster, it is a whole local
@@ -130,6 +134,11 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 		// to the trainers.
 		if err := issueServingCert(context.Background(), c.Client, hooks); err != nil {
 			return nil, err
+		}
+		if s.local == nil && !s.noJobSetWebhooks {
+			if err := c.moveJobSetWebhooks(context.Background()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if s.local != nil {

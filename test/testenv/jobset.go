@@ -1,15 +1,19 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -160,4 +164,57 @@ func (c *Cluster) startJobSet(kubeconfig string) error {
 		return c.run("jobset-controller", []string{"KUBECONFIG=" + kubeconfig},
 			"--config="+config, "--kubeconfig="+kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0")
 	})
+}
+
+// moveJobSetWebhooks sends the API server's calls of JobSet's webhooks to a port of their own,
+// beside a bare API server: StartManager serves them there as JobSet's controller would, as an
+// administrator (JobSet's webhooks read PersistentVolumeClaims and pods, which the operator's
+// RBAC does not let it), apart from the operator's, which act as the installed operator.
+func (c *Cluster) moveJobSetWebhooks(ctx context.Context) error {
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if c.jobSetWebhookPort, err = strconv.Atoi(port); err != nil {
+		return err
+	}
+	hooks := c.Env.WebhookInstallOptions
+	from, to := ":"+strconv.Itoa(hooks.LocalServingPort)+"/", ":"+port+"/"
+	configs := map[string][]string{}
+	for _, cfg := range hooks.MutatingWebhooks {
+		configs["MutatingWebhookConfiguration"] = append(configs["MutatingWebhookConfiguration"], cfg.Name)
+	}
+	for _, cfg := range hooks.ValidatingWebhooks {
+		configs["ValidatingWebhookConfiguration"] = append(configs["ValidatingWebhookConfiguration"], cfg.Name)
+	}
+	for kind, names := range configs {
+		for _, name := range names {
+			if !strings.HasPrefix(name, "jobset-") {
+				continue
+			}
+			live := &unstructured.Unstructured{}
+			live.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind(kind))
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, live); err != nil {
+				return err
+			}
+			webhooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
+			for _, w := range webhooks {
+				url, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "url")
+				if err := unstructured.SetNestedField(w.(map[string]any), strings.Replace(url, from, to, 1), "clientConfig", "url"); err != nil {
+					return err
+				}
+			}
+			if err := unstructured.SetNestedSlice(live.Object, webhooks, "webhooks"); err != nil {
+				return err
+			}
+			if err := c.Client.Update(ctx, live); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

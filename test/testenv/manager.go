@@ -16,7 +16,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,7 +30,8 @@ import (
 )
 
 // StartManager starts the operator's manager as cmd/main.go builds it, with every controller,
-// against a started environment, and waits for its cache. When the environment has webhooks
+// against a started environment, as the installed operator's ServiceAccount with its shipped
+// RBAC (OperatorConfig), and waits for its cache. When the environment has webhooks
 // (WithWebhooks), the manager serves them, and StartManager waits until it does. Beside a bare
 // API server, where no JobSet controller runs, the manager serves JobSet's webhooks as well. The returned
 // function stops the manager and waits until it has. Controllers may be registered again in the
@@ -39,8 +39,12 @@ import (
 // make the cache miss what a test needs it to.
 func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cache.Options)) (func(), error) {
 	env := c.Env
-	// The client rate of cmd/main.go's defaults, not client-go's 5 queries per second.
-	cfg := rest.CopyConfig(env.Config)
+	// As the installed operator, with its RBAC and no more; at the client rate of cmd/main.go's
+	// defaults, not client-go's 5 queries per second.
+	cfg, err := c.OperatorConfig(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	cfg.QPS, cfg.Burst = controller.DefaultKubeAPIQPS, controller.DefaultKubeAPIBurst
 	cacheOpts, err := controller.CacheOptions(cfg, Scheme)
 	if err != nil {
@@ -92,25 +96,32 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 			return nil, err
 		}
 	}
+	var jobSetDone chan error
 	if c.settings.local == nil {
 		// As the local cluster's JobSet controller runs (jobSetFeatureGates).
 		if err := jobsetfeatures.SetEnable(jobsetfeatures.ElasticJobSet, true); err != nil {
 			cancel()
 			return nil, err
 		}
-		if err := jobsetwebhooks.Setup(mgr); err != nil {
+		if jobSetDone, err = c.serveJobSetWebhooks(ctx); err != nil {
 			cancel()
 			return nil, err
 		}
 	}
 	done := make(chan error)
 	go func() { done <- mgr.Start(ctx) }()
-	stop := func() { cancel(); <-done }
+	stop := func() {
+		cancel()
+		<-done
+		if jobSetDone != nil {
+			<-jobSetDone
+		}
+	}
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		stop()
 		return nil, fmt.Errorf("the manager's cache did not sync")
 	}
-	if len(hooks.MutatingWebhooks)+len(hooks.ValidatingWebhooks) > 0 {
+	if c.settings.webhooks {
 		if err := waitForTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))); err != nil {
 			stop()
 			return nil, err
@@ -218,4 +229,27 @@ func ServesTLS(addr string) bool {
 	}
 	_ = conn.Close()
 	return true
+}
+
+// serveJobSetWebhooks serves JobSet's webhooks beside a bare API server, where no JobSet
+// controller runs, at the port moveJobSetWebhooks sent them to, as an administrator, as JobSet's
+// controller would: a manager of their own, which stops with ctx; done says when it has.
+func (c *Cluster) serveJobSetWebhooks(ctx context.Context) (done chan error, err error) {
+	hooks := c.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(c.Env.Config, ctrl.Options{
+		Scheme:  Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: hooks.LocalServingHost, Port: c.jobSetWebhookPort, CertDir: hooks.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := jobsetwebhooks.Setup(mgr); err != nil {
+		return nil, err
+	}
+	done = make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return done, waitForTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(c.jobSetWebhookPort)))
 }

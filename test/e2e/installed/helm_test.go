@@ -2,14 +2,11 @@ package installed
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -26,38 +23,14 @@ func TestTheHelmInstallRuns(t *testing.T) {
 	ctx := context.Background()
 	chart, err := testenv.ChartDir()
 	require.NoError(t, err)
-	kubeconfig, err := cluster.Kubeconfig("helm")
-	require.NoError(t, err)
-	helm := func(args ...string) string {
+	helm := func(args ...string) {
 		t.Helper()
-		out, err := testenv.Helm(ctx, append(args, "--kubeconfig", kubeconfig)...)
-		require.NoError(t, err)
-		return string(out)
+		out, err := cluster.Helm(ctx, args...)
+		require.NoError(t, err, out)
 	}
-	const release, namespace = "trainjob", "trainjob-helm"
-	require.NoError(t, k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-	}}))
-	t.Cleanup(func() {
-		_, _ = testenv.Helm(ctx, "uninstall", release, "--namespace", namespace, "--wait", "--kubeconfig", kubeconfig)
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-		_ = k8sClient.Delete(ctx, ns)
-		waitGone(t, ns)
-	})
-
-	repository, tag := imageNameAndTag(t)
-	placement, err := json.Marshal(map[string]any{
-		"nodeSelector": map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
-		"tolerations":  []corev1.Toleration{testenv.RealNodeToleration()},
-	})
-	require.NoError(t, err)
-	values := t.TempDir() + "/values.json"
-	require.NoError(t, os.WriteFile(values, placement, 0o600))
-	helm("install", release, chart, "--namespace", namespace, "--values", values,
-		"--set", "image.repository="+repository, "--set", "image.tag="+tag, "--set", "replicas=2",
-		"--wait", "--timeout", "4m")
-	waitForOperator(t, namespace, 2)
-	helm("upgrade", release, chart, "--namespace", namespace, "--reuse-values", "--set", "runtimes.enabled=true", "--wait", "--timeout", "2m")
+	in := install(t, testenv.InstallHelm, "trainjob-helm")
+	waitForOperator(t, in)
+	helm("upgrade", testenv.HelmRelease, chart, "--namespace", in.Namespace, "--reuse-values", "--set", "runtimes.enabled=true", "--wait", "--timeout", "2m")
 
 	ns := newNamespace(t)
 	tj := utiltesting.MakeTrainJob("through-the-chart", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").Obj()
@@ -65,12 +38,13 @@ func TestTheHelmInstallRuns(t *testing.T) {
 	waitForTrainJob(t, tj, isTrue(trainer.TrainJobComplete))
 	badInputIsRefused(t, ns)
 
-	// The certificate the manager's rotation wrote into the chart's Secret survives an upgrade.
+	// The certificate the manager's rotation wrote into the chart's Secret survives an upgrade,
+	// which rolls the manager's pods.
 	secret := &corev1.Secret{}
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "trainjob-webhook-server-cert"}, secret))
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: "trainjob-webhook-server-cert"}, secret))
 	require.NotEmpty(t, secret.Data["tls.crt"], "the manager wrote no certificate")
-	helm("upgrade", release, chart, "--namespace", namespace, "--reuse-values", "--set", "manager.conditions=all", "--wait", "--timeout", "4m")
-	waitForOperator(t, namespace, 2)
+	helm("upgrade", testenv.HelmRelease, chart, "--namespace", in.Namespace, "--reuse-values", "--set", "manager.conditions=all", "--wait", "--timeout", "4m")
+	waitForOperator(t, in)
 	rotated := &corev1.Secret{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(secret), rotated))
 	assert.Equal(t, secret.Data, rotated.Data, "helm upgrade replaced the manager's certificate")
@@ -78,6 +52,8 @@ func TestTheHelmInstallRuns(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, again))
 	waitForTrainJob(t, again, isTrue(trainer.TrainJobComplete))
 
-	helm("uninstall", release, "--namespace", namespace, "--wait")
-	assert.Empty(t, managerPods(t, namespace))
+	// helm uninstall removes the operator (and the runtimes it installed).
+	helm("uninstall", testenv.HelmRelease, "--namespace", in.Namespace, "--wait")
+	assert.Empty(t, managerPods(t, in.Namespace))
+	assert.Error(t, k8sClient.Get(ctx, client.ObjectKey{Name: "torch-distributed"}, &trainer.ClusterTrainingRuntime{}))
 }

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/test/testenv"
 )
 
 // clientset is a typed client of the cluster, for logs and tokens.
@@ -118,7 +119,7 @@ func metricsAreScrapedWithAToken(t *testing.T) {
 	t.Cleanup(func() { _ = k8sClient.Delete(ctx, binding) })
 
 	svc := &corev1.Service{}
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: metricsServiceName}, svc))
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: testenv.OperatorNamespace, Name: metricsServiceName}, svc))
 	url := "https://" + net.JoinHostPort(svc.Spec.ClusterIP, "8443") + "/metrics"
 	scrape := func(c require.TestingT, token string) (int, string) {
 		req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -178,7 +179,7 @@ func killManager(t *testing.T, pod string) time.Time {
 	}
 	require.Len(t, killed, 1, "manager processes of pod %s", pod)
 	at := time.Now()
-	err = k8sClient.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: pod}},
+	err = k8sClient.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.OperatorNamespace, Name: pod}},
 		client.GracePeriodSeconds(0))
 	require.NoError(t, client.IgnoreNotFound(err))
 	return at

@@ -31,9 +31,8 @@ import (
 // nothing.
 func TestTheKustomizeInstallRuns(t *testing.T) {
 	ctx := context.Background()
-	objs := kustomizeInstall(t)
-	t.Cleanup(func() { uninstall(t, objs) })
-	waitForOperator(t, operatorNamespace, 2)
+	in := install(t, testenv.InstallKustomize, "")
+	waitForOperator(t, in)
 	installRuntimes(t)
 	samples := newNamespace(t)
 
@@ -64,7 +63,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 			}
 		})
 		for _, p := range pods(t, tj) {
-			assert.Contains(t, envOf(p, "KUBEFLOW_TRAINER_SERVER_URL"), "https://"+webhookServiceName+"."+operatorNamespace+".svc/",
+			assert.Contains(t, envOf(p, "KUBEFLOW_TRAINER_SERVER_URL"), "https://"+webhookServiceName+"."+testenv.OperatorNamespace+".svc/",
 				"the trainer reports to the install's Service by name")
 		}
 	})
@@ -124,11 +123,11 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), before))
 		podsBefore := podUIDs(t, tj)
 
-		leader := leaderOf(t, operatorNamespace)
+		leader := leaderOf(t, testenv.OperatorNamespace)
 		killed := killManager(t, leader)
 		var next string
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			next = leaderOf(c, operatorNamespace)
+			next = leaderOf(c, testenv.OperatorNamespace)
 			assert.NotEqual(c, leader, next)
 		}, time.Minute, 100*time.Millisecond)
 		took := time.Since(killed)
@@ -147,7 +146,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 		assert.Equal(t, before.Generation, after.Generation, "the JobSet's spec was written again")
 		assert.Equal(t, podsBefore, podUIDs(t, tj), "the TrainJob's pods were replaced")
 		require.NoError(t, k8sClient.Delete(ctx, tj))
-		waitForOperator(t, operatorNamespace, 2)
+		waitForOperator(t, in)
 	})
 }
 

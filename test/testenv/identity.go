@@ -1,0 +1,95 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The installed operator's identity: config/default's ServiceAccount, in its namespace. Every
+// manager a test runs acts as it, with exactly the RBAC config/default ships, so that a verb the
+// shipped RBAC lacks fails a test as it would fail an installed operator.
+const (
+	// OperatorNamespace is config/default's namespace: the manager's Leases and its webhook
+	// certificate's Secret are there, where its Role lets it have them.
+	OperatorNamespace = "trainjob-system"
+	// OperatorServiceAccount is the manager's ServiceAccount in OperatorNamespace.
+	OperatorServiceAccount = "trainjob-controller-manager"
+)
+
+// operatorRBACKinds are the kinds of config/default's objects that say what the operator may do.
+var operatorRBACKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+// operatorUser is who the API server takes the manager for: its ServiceAccount, with the groups
+// the API server gives every ServiceAccount's token.
+func operatorUser() rest.ImpersonationConfig {
+	return rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + OperatorNamespace + ":" + OperatorServiceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace, "system:authenticated"},
+	}
+}
+
+// installOperatorRBAC applies, once, config/default's ServiceAccount and RBAC objects, and its
+// Namespace: what the installed operator may do, and nothing more.
+func (c *Cluster) installOperatorRBAC(ctx context.Context) error {
+	if c.operatorRBAC {
+		return nil
+	}
+	root, err := moduleDir("")
+	if err != nil {
+		return err
+	}
+	objs, err := Kustomize(filepath.Join(root, "config", "default"))
+	if err != nil {
+		return err
+	}
+	objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool { return !slices.Contains(operatorRBACKinds, o.GetKind()) })
+	if err := Apply(ctx, c.Client, "testenv", objs...); err != nil {
+		return fmt.Errorf("installing the operator's RBAC: %w", err)
+	}
+	c.operatorRBAC = true
+	return nil
+}
+
+// OperatorConfig is a client configuration of an administrator that acts as the installed
+// operator (impersonation): the API server authorizes its requests as the operator's
+// ServiceAccount, with config/default's RBAC, installed by the first call.
+func (c *Cluster) OperatorConfig(ctx context.Context) (*rest.Config, error) {
+	if err := c.installOperatorRBAC(ctx); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(c.Env.Config)
+	cfg.Impersonate = operatorUser()
+	return cfg, nil
+}
+
+// OperatorKubeconfig writes a kubeconfig for a manager run as its own program: an administrator
+// named user (the API server's audit tells programs apart by it) that acts as the installed
+// operator, as OperatorConfig does.
+func (c *Cluster) OperatorKubeconfig(ctx context.Context, user string) (string, error) {
+	if err := c.installOperatorRBAC(ctx); err != nil {
+		return "", err
+	}
+	path, err := c.Kubeconfig(user)
+	if err != nil {
+		return "", err
+	}
+	config, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", err
+	}
+	as := operatorUser()
+	for _, auth := range config.AuthInfos {
+		auth.Impersonate, auth.ImpersonateGroups = as.UserName, as.Groups
+	}
+	if err := clientcmd.WriteToFile(*config, path); err != nil {
+		return "", err
+	}
+	return path, os.Chmod(path, 0o600)
+}

@@ -1,0 +1,201 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// How the operator is installed into a local cluster with in-cluster clients, from its image
+// (ManagerImageArchive, which the real node loads): as a platform engineer installs it, from
+// config/default with a kustomization of their own, or from the Helm chart.
+const (
+	// InstallKustomize installs config/default through a kustomization that names the image.
+	InstallKustomize = "kustomize"
+	// InstallHelm installs the chart, with the image in its values.
+	InstallHelm = "helm"
+	// ManagerDeployment is the manager's Deployment, in OperatorNamespace (kustomize) or the
+	// release's namespace (Helm, whose objects keep the install's names).
+	ManagerDeployment = "trainjob-controller-manager"
+	// HelmRelease is the release InstallOperator installs the chart as.
+	HelmRelease = "trainjob"
+)
+
+// Installed is an operator InstallOperator installed.
+type Installed struct {
+	// How is InstallKustomize or InstallHelm; Namespace is the manager's.
+	How, Namespace string
+	// Objects are what a kustomize install applied.
+	Objects []*unstructured.Unstructured
+	cluster *Cluster
+}
+
+// InstallOperator installs the operator from its image into the cluster, how a platform
+// engineer would (InstallKustomize, InstallHelm; the Helm release into namespace, made first with
+// the restricted Pod Security standard), with replicas of the manager placed on the real node,
+// the only node that runs real containers: the placement a user's kustomization or values give.
+// It returns once the objects are applied; WaitReady waits for the manager.
+func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, replicas int32) (*Installed, error) {
+	img, err := ReadImage(ManagerImageArchive)
+	if err != nil {
+		return nil, err
+	}
+	i := strings.LastIndex(img.Tag, ":")
+	if i < 0 {
+		return nil, fmt.Errorf("image %q has no tag", img.Tag)
+	}
+	name, tag := img.Tag[:i], img.Tag[i+1:]
+	root, err := moduleDir("")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "trainjob-install-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	switch how {
+	case InstallKustomize:
+		// kustomize takes no absolute path to a base.
+		base, err := filepath.Rel(dir, filepath.Join(root, "config", "default"))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: trainjob-operator
+  newName: %s
+  newTag: %s
+patches:
+- target: {kind: Deployment, name: %s}
+  patch: |-
+    - {op: replace, path: /spec/replicas, value: %d}
+    - {op: add, path: /spec/template/spec/nodeSelector, value: {%s: %s}}
+    - {op: add, path: /spec/template/spec/tolerations, value: [{key: %q, operator: Exists, effect: NoSchedule}]}
+`, base, name, tag, ManagerDeployment, replicas, NodeLabel, RealNodeLabel, RealNodeTaint)), 0o644); err != nil {
+			return nil, err
+		}
+		objs, err := Kustomize(dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := Apply(ctx, c.Client, "kubectl", objs...); err != nil {
+			return nil, err
+		}
+		return &Installed{How: how, Namespace: OperatorNamespace, Objects: objs, cluster: c}, nil
+	case InstallHelm:
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+		}}
+		if err := c.Client.Create(ctx, ns); err != nil {
+			return nil, err
+		}
+		values, err := json.Marshal(map[string]any{
+			"image":        map[string]string{"repository": name, "tag": tag},
+			"replicas":     replicas,
+			"nodeSelector": map[string]string{NodeLabel: RealNodeLabel},
+			"tolerations":  []corev1.Toleration{RealNodeToleration()},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "values.json"), values, 0o600); err != nil {
+			return nil, err
+		}
+		if _, err := c.Helm(ctx, "install", HelmRelease, filepath.Join(root, "charts", "trainjob-operator"),
+			"--namespace", namespace, "--values", filepath.Join(dir, "values.json")); err != nil {
+			return nil, err
+		}
+		return &Installed{How: how, Namespace: namespace, cluster: c}, nil
+	}
+	return nil, fmt.Errorf("no install named %q: %s or %s", how, InstallKustomize, InstallHelm)
+}
+
+// WaitReady waits until every replica of the manager is ready, on the new template: it serves
+// its webhooks once its certificate is mounted, which the kubelet does within a minute or so of
+// the rotation writing it.
+func (in *Installed) WaitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	d := &appsv1.Deployment{}
+	for {
+		err := in.cluster.Client.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: ManagerDeployment}, d)
+		if err == nil && d.Spec.Replicas != nil && d.Generation == d.Status.ObservedGeneration &&
+			d.Status.UpdatedReplicas == *d.Spec.Replicas && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.Replicas == *d.Spec.Replicas {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager's %d replicas were not ready within %s: %v %+v", ptr.Deref(d.Spec.Replicas, 0), timeout, err, d.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Uninstall removes the operator, as `kubectl delete` of the install or `helm uninstall` does,
+// but the CRDs, which would take every TrainJob and runtime with them; it waits until the
+// manager's namespace is gone.
+func (in *Installed) Uninstall(ctx context.Context) error {
+	var errs []error
+	switch in.How {
+	case InstallKustomize:
+		for i := len(in.Objects) - 1; i >= 0; i-- {
+			if in.Objects[i].GetKind() == "CustomResourceDefinition" {
+				continue
+			}
+			err := in.cluster.Client.Delete(ctx, in.Objects[i].DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground))
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	case InstallHelm:
+		// Uninstalled already is no error.
+		if out, err := in.cluster.Helm(ctx, "uninstall", HelmRelease, "--namespace", in.Namespace, "--wait"); err != nil && !strings.Contains(err.Error(), "not found") {
+			errs = append(errs, fmt.Errorf("%w: %s", err, out))
+		}
+		if err := in.cluster.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace}}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := in.cluster.Client.Get(ctx, client.ObjectKey{Name: in.Namespace}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			errs = append(errs, fmt.Errorf("namespace %s is still there: %v", in.Namespace, err))
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	return errors.Join(errs...)
+}
+
+// Helm runs helm against the cluster, as an administrator.
+func (c *Cluster) Helm(ctx context.Context, args ...string) (string, error) {
+	kubeconfig, err := c.Kubeconfig("helm")
+	if err != nil {
+		return "", err
+	}
+	out, err := Helm(ctx, append(args, "--kubeconfig", kubeconfig)...)
+	return string(out), err
+}
