@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -183,4 +184,18 @@ func killManager(t *testing.T, pod string) time.Time {
 		client.GracePeriodSeconds(0))
 	require.NoError(t, client.IgnoreNotFound(err))
 	return at
+}
+
+// cordon marks a node unschedulable, or schedulable again, as kubectl cordon and uncordon do;
+// the node is made schedulable again when the test ends.
+func cordon(t *testing.T, node string, unschedulable bool) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable))
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	require.NoError(t, k8sClient.Patch(context.Background(), n, client.RawPatch(types.StrategicMergePatchType, patch)))
+	if unschedulable {
+		t.Cleanup(func() {
+			_ = k8sClient.Patch(context.Background(), n, client.RawPatch(types.StrategicMergePatchType, []byte(`{"spec":{"unschedulable":false}}`)))
+		})
+	}
 }

@@ -123,7 +123,16 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), before))
 		podsBefore := podUIDs(t, tj)
 
+		// No pod the Deployment makes in place of the killed one may start: only the replica that
+		// stands by can lead (the real node is the only node that runs containers).
+		cordon(t, testenv.RealNodeName, true)
 		leader := leaderOf(t, testenv.OperatorNamespace)
+		var standby []string
+		for _, p := range managerPods(t, testenv.OperatorNamespace) {
+			if p.Name != leader {
+				standby = append(standby, p.Name)
+			}
+		}
 		killed := killManager(t, leader)
 		var next string
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -131,6 +140,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 			assert.NotEqual(c, leader, next)
 		}, time.Minute, 100*time.Millisecond)
 		took := time.Since(killed)
+		assert.Contains(t, standby, next, "the new leader is not the replica that stood by")
 		t.Logf("%s led %s after %s was killed", next, took.Round(100*time.Millisecond), leader)
 		// The lease lasts 15 s from the dead leader's last renewal, which came up to one retry
 		// period (2 s) before its death; the others try every 2 s.
@@ -146,6 +156,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 		assert.Equal(t, before.Generation, after.Generation, "the JobSet's spec was written again")
 		assert.Equal(t, podsBefore, podUIDs(t, tj), "the TrainJob's pods were replaced")
 		require.NoError(t, k8sClient.Delete(ctx, tj))
+		cordon(t, testenv.RealNodeName, false)
 		waitForOperator(t, in)
 	})
 }
