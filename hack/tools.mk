@@ -268,8 +268,9 @@ $(IMAGES_DIR)/probe.tar $(IMAGES_DIR)/pause.tar &: $(IMAGES_TOOL) $(PROBE_SOURCE
 MANAGER_IMAGE ?= $(IMAGES_DIR)/manager.tar
 .PHONY: image
 image: $(IMAGES_TOOL) | $(LOCALBIN) ## Build the manager's image without Docker into bin/images/manager.tar, tagged IMG (ctr images import, docker load).
-	hack/images/manager-rootfs.sh $(IMAGES_DIR)/manager-rootfs
-	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/manager-rootfs -tag $(IMG) -entrypoint /manager -user 65532:65532 -workdir / -o $(MANAGER_IMAGE)
+	GO=$(GO) hack/images/manager-rootfs.sh $(IMAGES_DIR)/manager-rootfs
+	$(IMAGES_TOOL) -rootfs $(IMAGES_DIR)/manager-rootfs -tag $(IMG) -entrypoint /manager -user 65532:65532 -workdir / \
+	  -arch $$($(GO) env GOARCH) -o $(MANAGER_IMAGE)
 	rm -rf $(IMAGES_DIR)/manager-rootfs
 
 ## The MPI image: Debian with OpenSSH, Open MPI and Python 3, as mpi-operator's images are set up

@@ -1,18 +1,23 @@
 #!/bin/sh
 # Lays out the manager image's root file system in DIR, from files alone, as the Dockerfile's base
 # (gcr.io/distroless/static:nonroot) has it: the static manager at /manager, the user nonroot
-# (65532) and its group, the CA certificates of Debian's ca-certificates, and a /tmp. No shell, no
-# package manager: nothing to run in it but the manager.
+# (65532) and its group, the CA certificates of this machine (Debian's ca-certificates), and a
+# /tmp. No shell, no package manager: nothing to run in it but the manager.
 #
 #	hack/images/manager-rootfs.sh DIR
+#
+# The files' modes do not depend on the caller's umask: the image's user, 65532, must read and
+# run them whoever built it. (Its home, root's here where distroless gives it to nonroot, is never
+# written: the root file system is read-only.)
 set -eu
+umask 022
 dir=$1
 rm -rf "$dir"
 mkdir -p "$dir/etc/ssl/certs" "$dir/home/nonroot" "$dir/tmp"
 chmod 1777 "$dir/tmp"
-chown 65532:65532 "$dir/home/nonroot"
 hack/manager-build.sh "$dir/manager"
-cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
+chmod 0755 "$dir/manager"
+install -m 0644 /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
 cat > "$dir/etc/passwd" <<'PASSWD'
 root:x:0:0:root:/root:/sbin/nologin
 nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin

@@ -144,8 +144,13 @@ func run() error {
 	var done chan error
 	var serving string
 	if operator == "" {
+		// The command (the manager) acts as the installed operator, with its RBAC alone.
+		operatorKubeconfig, err := cluster.OperatorKubeconfig(ctx, "manager")
+		if err != nil {
+			return err
+		}
 		var cmd *exec.Cmd
-		if cmd, done, err = start(kubeconfig, env.WebhookInstallOptions, flag.Args()); err != nil {
+		if cmd, done, err = start(operatorKubeconfig, env.WebhookInstallOptions, flag.Args()); err != nil {
 			return err
 		}
 		defer stopCommand(cmd, done)
@@ -166,7 +171,7 @@ func run() error {
 		serving = "and the operator, installed with " + operator + ": 2 replicas on the real node, in namespace " + in.Namespace
 	}
 	for _, dir := range install {
-		if err := cluster.Install(ctx, dir); err != nil {
+		if err := cluster.InstallWhenServed(ctx, dir); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -188,6 +189,25 @@ func (c *Cluster) Install(ctx context.Context, dir string) error {
 		return fmt.Errorf("installing %s: %w", dir, err)
 	}
 	return nil
+}
+
+// InstallWhenServed installs a kustomization folder as Install does, trying again for up to 90 s
+// while the API server cannot reach the operator's webhooks, which refuse everything until the
+// operator serves them: just installed, its Service's endpoints may not have reached every node's
+// proxy yet.
+func (c *Cluster) InstallWhenServed(ctx context.Context, dir string) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := c.Install(ctx, dir)
+		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "failed calling webhook") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Kubeconfig writes a kubeconfig of an administrator named user into the cluster's folder and

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,13 +20,13 @@ const ManagerImageArchive = "manager.tar"
 
 // Image is what an image archive (`docker save`'s format, which `ctr images import` takes) says
 // of its image: its tag, the config's user, entrypoint and working directory, and the paths of
-// its files.
+// its files with their modes.
 type Image struct {
 	Tag        string
 	User       string
 	Entrypoint []string
 	WorkingDir string
-	Files      []string
+	Files      map[string]fs.FileMode
 }
 
 // ReadImage reads the image of an archive of bin/images.
@@ -61,7 +62,8 @@ func ReadImage(name string) (*Image, error) {
 	if err := json.Unmarshal(entries[manifest[0].Config], &config); err != nil {
 		return nil, fmt.Errorf("%s: the image's config: %w", path, err)
 	}
-	img := &Image{Tag: manifest[0].RepoTags[0], User: config.Config.User, Entrypoint: config.Config.Entrypoint, WorkingDir: config.Config.WorkingDir}
+	img := &Image{Tag: manifest[0].RepoTags[0], User: config.Config.User, Entrypoint: config.Config.Entrypoint,
+		WorkingDir: config.Config.WorkingDir, Files: map[string]fs.FileMode{}}
 	for _, layer := range manifest[0].Layers {
 		data, ok := entries[layer]
 		if !ok {
@@ -77,7 +79,7 @@ func ReadImage(name string) (*Image, error) {
 		}
 		_ = layerFile.Close()
 		if err := eachTarEntry(layerFile.Name(), func(h *tar.Header, _ io.Reader) error {
-			img.Files = append(img.Files, strings.TrimSuffix(h.Name, "/"))
+			img.Files[strings.TrimSuffix(h.Name, "/")] = h.FileInfo().Mode()
 			return nil
 		}); err != nil {
 			return nil, fmt.Errorf("%s: layer %s: %w", path, layer, err)

@@ -24,8 +24,8 @@ const (
 )
 
 // configureInCluster makes the API server reachable from the real node's pods, as a cluster's
-// is: it serves on every address (a pod's loopback is its own) and advertises the node's, which
-// the kubernetes Service then leads to; its certificate names the Service's address and names,
+// is: it serves on the node's address (a pod's loopback is its own), which it advertises and the
+// kubernetes Service then leads to; its certificate names the Service's address and names,
 // as a cluster's API server certificate does, so that client-go's in-cluster configuration
 // trusts it with the CA of the kube-root-ca.crt ConfigMap. And pods get their ServiceAccount's
 // token: envtest disables the ServiceAccount admission plugin, which mounts it.
@@ -57,8 +57,16 @@ func configureInCluster(apiServer *envtest.APIServer) error {
 		}
 	}
 	apiServer.SecureServing.CA = ca
+	// On the node's address alone, not every one of this machine's: the clients' kubeconfigs
+	// name it too. envtest takes a port it is given with its address.
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	_ = l.Close()
+	apiServer.SecureServing.Address, apiServer.SecureServing.Port = ip, port
 	apiServer.Configure().
-		Set("bind-address", "0.0.0.0").
 		Set("advertise-address", ip).
 		Disable("disable-admission-plugins")
 	return nil
@@ -70,7 +78,8 @@ func configureInCluster(apiServer *envtest.APIServer) error {
 // masquerades all Service traffic: a pod that reaches another pod of its bridge through a
 // Service then gets the answer back through this machine, without bridge netfilter, which
 // this machine's settings are left without. This machine's root may not lower a process's
-// oom_score_adj: kube-proxy must not try. The rules are removed when the cluster stops.
+// oom_score_adj: kube-proxy must not try. The rules are removed when the cluster stops, and
+// before kube-proxy starts (a killed run's). One such cluster per machine, as one real node.
 func (c *Cluster) startKubeProxy(ip string) error {
 	kubeconfig, err := c.Kubeconfig("kube-proxy")
 	if err != nil {
@@ -107,6 +116,8 @@ conntrack:
 `), 0o644); err != nil {
 		return err
 	}
+	// A run killed before it could clean up left its rules: start from none.
+	c.removeKubeProxyRules()
 	if err := c.run("kube-proxy", nil, "--config="+config, "-v=1"); err != nil {
 		return err
 	}

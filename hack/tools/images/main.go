@@ -4,7 +4,7 @@
 // written with this and loaded into its containerd (test/testenv). go-containerregistry writes
 // the image's manifest, config and digests.
 //
-//	image-archive -rootfs DIR -tag REF -o FILE [-entrypoint /path,arg,...] [-user UID:GID] [-workdir DIR]
+//	image-archive -rootfs DIR -tag REF -o FILE [-entrypoint /path,arg,...] [-user UID:GID] [-workdir DIR] [-arch GOARCH]
 package main
 
 import (
@@ -33,17 +33,18 @@ func main() {
 	entrypoint := flag.String("entrypoint", "", "the entrypoint, its parts separated by commas")
 	user := flag.String("user", "", "the user the image runs as, as UID:GID (Pod Security's runAsNonRoot needs a number)")
 	workdir := flag.String("workdir", "", "the working directory")
+	arch := flag.String("arch", "amd64", "the architecture of the image's programs, as GOARCH names it")
 	flag.Parse()
 	if *rootfs == "" || *tag == "" || *out == "" {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := write(*rootfs, *tag, *out, *entrypoint, *user, *workdir); err != nil {
+	if err := write(*rootfs, *tag, *out, *entrypoint, *user, *workdir, *arch); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func write(rootfs, tag, out, entrypoint, user, workdir string) error {
+func write(rootfs, tag, out, entrypoint, user, workdir, arch string) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func write(rootfs, tag, out, entrypoint, user, workdir string) error {
 		return err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = "amd64", "linux"
+	cfg.Architecture, cfg.OS = arch, "linux"
 	cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	if entrypoint != "" {
 		cfg.Config.Entrypoint = strings.Split(entrypoint, ",")

@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -18,7 +20,8 @@ import (
 // a namespace of its own that enforces the restricted Pod Security standard, with two replicas on
 // the real node; then, through that install alone: the runtimes it installs on upgrade are
 // admitted by its webhooks, a TrainJob runs to Complete, bad input is refused; helm upgrade keeps
-// the certificate the manager rotated into its Secret; helm uninstall removes the operator.
+// the certificate the manager rotated into its Secret; helm uninstall removes all it installed
+// but the CRDs, which keep the TrainJobs.
 func TestTheHelmInstallRuns(t *testing.T) {
 	ctx := context.Background()
 	chart, err := testenv.ChartDir()
@@ -30,6 +33,21 @@ func TestTheHelmInstallRuns(t *testing.T) {
 	}
 	in := install(t, testenv.InstallHelm, "trainjob-helm")
 	waitForOperator(t, in)
+	// helm installed what it renders, but the CRDs (crds/, which it creates when missing) and the
+	// Namespace (a release lives in one made before it), each object marked as the release's.
+	manifest, err := cluster.Helm(ctx, "get", "manifest", testenv.HelmRelease, "--namespace", in.Namespace)
+	require.NoError(t, err, manifest)
+	installed, err := testenv.Decode([]byte(manifest))
+	require.NoError(t, err)
+	rendered, err := testenv.HelmTemplate(ctx, in.Namespace)
+	require.NoError(t, err)
+	assert.Len(t, installed, len(rendered)-3, "helm installed other objects than it renders, but the CRDs")
+	for _, obj := range installed {
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(obj.GroupVersionKind())
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), live), "%s %s", obj.GetKind(), obj.GetName())
+		assert.Equal(t, testenv.HelmRelease, live.GetAnnotations()["meta.helm.sh/release-name"], "%s %s", obj.GetKind(), obj.GetName())
+	}
 	helm("upgrade", testenv.HelmRelease, chart, "--namespace", in.Namespace, "--reuse-values", "--set", "runtimes.enabled=true", "--wait", "--timeout", "2m")
 
 	ns := newNamespace(t)
@@ -52,8 +70,21 @@ func TestTheHelmInstallRuns(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, again))
 	waitForTrainJob(t, again, isTrue(trainer.TrainJobComplete))
 
-	// helm uninstall removes the operator (and the runtimes it installed).
+	// helm uninstall removes everything it installed, the runtimes among them, but the CRDs, and
+	// with them the TrainJobs.
 	helm("uninstall", testenv.HelmRelease, "--namespace", in.Namespace, "--wait")
-	assert.Empty(t, managerPods(t, in.Namespace))
-	assert.Error(t, k8sClient.Get(ctx, client.ObjectKey{Name: "torch-distributed"}, &trainer.ClusterTrainingRuntime{}))
+	for _, obj := range installed {
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(obj.GroupVersionKind())
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), live)
+		assert.True(t, apierrors.IsNotFound(err), "%s %s is still there: %v", obj.GetKind(), obj.GetName(), err)
+	}
+	err = k8sClient.Get(ctx, client.ObjectKey{Name: "torch-distributed"}, &trainer.ClusterTrainingRuntime{})
+	assert.True(t, apierrors.IsNotFound(err), "the chart's runtime is still there: %v", err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list := &corev1.PodList{}
+		require.NoError(c, k8sClient.List(ctx, list, client.InNamespace(in.Namespace)))
+		assert.Empty(c, list.Items, "pods of the uninstalled operator")
+	}, polling.Timeout, polling.Interval)
+	assert.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(again), again), "the TrainJobs went with the operator")
 }

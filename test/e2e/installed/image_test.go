@@ -1,10 +1,10 @@
 package installed
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -30,10 +30,18 @@ func TestTheImageIsTheDockerfiles(t *testing.T) {
 	assert.Equal(t, instruction("USER"), image.User)
 	assert.Equal(t, `["`+strings.Join(image.Entrypoint, `", "`)+`"]`, instruction("ENTRYPOINT"))
 	assert.Equal(t, instruction("WORKDIR"), image.WorkingDir)
-	for _, file := range []string{"manager", "etc/passwd", "etc/group", "etc/ssl/certs/ca-certificates.crt", "tmp", "home/nonroot"} {
-		assert.True(t, slices.Contains(image.Files, file), "the image lacks /%s: %v", file, image.Files)
+	// What the image's user (65532, no owner of them) must read, run or write, whatever the
+	// umask of who built it.
+	for file, perm := range map[string]fs.FileMode{
+		"manager": 0o005, "etc/passwd": 0o004, "etc/group": 0o004, "etc/ssl/certs/ca-certificates.crt": 0o004,
+		"etc": 0o005, "etc/ssl": 0o005, "etc/ssl/certs": 0o005, "tmp": fs.ModeSticky | 0o007, "home/nonroot": 0o005,
+	} {
+		mode, ok := image.Files[file]
+		if assert.True(t, ok, "the image lacks /%s", file) {
+			assert.Equal(t, perm, mode&perm, "/%s is %s", file, mode)
+		}
 	}
-	for _, file := range image.Files {
+	for file := range image.Files {
 		assert.NotRegexp(t, `^(bin|usr|sbin)(/|$)`, file, "the image has programs besides the manager")
 	}
 }

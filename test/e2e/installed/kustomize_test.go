@@ -54,7 +54,9 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 		require.NoError(t, k8sClient.Create(ctx, tj))
 		explainOnFailure(t, tj)
 		got := waitForTrainJob(t, tj, isTrue(trainer.TrainJobComplete))
-		for _, log := range logsOf(t, tj) {
+		logs := logsOf(t, tj)
+		require.NotEmpty(t, logs, "no trainer's log")
+		for _, log := range logs {
 			assert.Contains(t, log, "reported: 200")
 		}
 		got = waitForTrainJob(t, got, func(c *assert.CollectT, got *trainer.TrainJob) {
@@ -62,7 +64,9 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 				assert.Equal(c, ptr.To[int32](100), got.Status.TrainerStatus.ProgressPercentage)
 			}
 		})
-		for _, p := range pods(t, tj) {
+		trainers := pods(t, tj)
+		require.NotEmpty(t, trainers)
+		for _, p := range trainers {
 			assert.Contains(t, envOf(p, "KUBEFLOW_TRAINER_SERVER_URL"), "https://"+webhookServiceName+"."+testenv.OperatorNamespace+".svc/",
 				"the trainer reports to the install's Service by name")
 		}
@@ -165,9 +169,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 // says: they go through the installed webhooks, which the API server reaches at their Service.
 func installRuntimes(t *testing.T) {
 	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.NoError(c, cluster.Install(context.Background(), "config/runtimes"))
-	}, polling.Timeout, polling.Interval)
+	require.NoError(t, cluster.InstallWhenServed(context.Background(), "config/runtimes"))
 	t.Cleanup(func() { // kubectl delete -k config/runtimes
 		objs, err := testenv.Kustomize(filepath.Join(repoRoot(t), "config", "runtimes"))
 		require.NoError(t, err)

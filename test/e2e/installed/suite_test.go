@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,12 @@ func run(m *testing.M) int {
 	var err error
 	if image, err = testenv.ReadImage(testenv.ManagerImageArchive); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if !strings.Contains(image.Tag, ":") || strings.HasSuffix(image.Tag, ":latest") {
+		// Kubernetes pulls a :latest image, which no registry here serves, rather than use the
+		// node's.
+		fmt.Fprintf(os.Stderr, "the image %s is tagged latest: build it as make test-e2e does, make image IMG=localcluster.local/trainjob-operator:dev\n", image.Tag)
 		return 1
 	}
 	opts := testenv.DefaultLocalOptions()

@@ -103,7 +103,11 @@ func runManager(t *testing.T, cluster *testenv.Cluster, opts certs.Options) (int
 	opts.CertDir = t.TempDir()
 	port := freePort(t)
 	opts.ControllerName = fmt.Sprintf("cert-rotator-%d", port) // Unique in the process, for a second try.
-	mgr, err := ctrl.NewManager(cluster.Env.Config, ctrl.Options{
+	// As the installed operator, with its RBAC: its Role lets it have this Secret, and its
+	// ClusterRole patch these webhook configurations.
+	cfg, err := cluster.OperatorConfig(ctx)
+	require.NoError(t, err)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:        testenv.Scheme,
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: opts.CertDir}),
