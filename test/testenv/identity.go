@@ -35,9 +35,9 @@ func operatorUser() rest.ImpersonationConfig {
 	}
 }
 
-// installOperatorRBAC applies, once, config/default's ServiceAccount and RBAC objects, and its
+// InstallOperatorRBAC applies, once, config/default's ServiceAccount and RBAC objects, and its
 // Namespace: what the installed operator may do, and nothing more.
-func (c *Cluster) installOperatorRBAC(ctx context.Context) error {
+func (c *Cluster) InstallOperatorRBAC(ctx context.Context) error {
 	if c.operatorRBAC {
 		return nil
 	}
@@ -61,7 +61,7 @@ func (c *Cluster) installOperatorRBAC(ctx context.Context) error {
 // operator (impersonation): the API server authorizes its requests as the operator's
 // ServiceAccount, with config/default's RBAC, installed by the first call.
 func (c *Cluster) OperatorConfig(ctx context.Context) (*rest.Config, error) {
-	if err := c.installOperatorRBAC(ctx); err != nil {
+	if err := c.InstallOperatorRBAC(ctx); err != nil {
 		return nil, err
 	}
 	cfg := rest.CopyConfig(c.Env.Config)
@@ -73,7 +73,7 @@ func (c *Cluster) OperatorConfig(ctx context.Context) (*rest.Config, error) {
 // named user (the API server's audit tells programs apart by it) that acts as the installed
 // operator, as OperatorConfig does.
 func (c *Cluster) OperatorKubeconfig(ctx context.Context, user string) (string, error) {
-	if err := c.installOperatorRBAC(ctx); err != nil {
+	if err := c.InstallOperatorRBAC(ctx); err != nil {
 		return "", err
 	}
 	path, err := c.Kubeconfig(user)

@@ -203,12 +203,7 @@ func TestSecretsAreNeverReadOutsideTheOperatorNamespace(t *testing.T) {
 // authorizer needs to answer for the manager.
 func applyRBAC(t *testing.T) {
 	t.Helper()
-	for _, obj := range installed {
-		switch obj.GetKind() {
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			require.NoError(t, testenv.Apply(context.Background(), k8sClient, "install-test", obj))
-		}
-	}
+	require.NoError(t, cluster.InstallOperatorRBAC(context.Background()))
 }
 
 func containsAny(list []string, items ...string) bool {
