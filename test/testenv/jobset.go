@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -184,37 +183,9 @@ func (c *Cluster) moveJobSetWebhooks(ctx context.Context) error {
 	}
 	hooks := c.Env.WebhookInstallOptions
 	from, to := ":"+strconv.Itoa(hooks.LocalServingPort)+"/", ":"+port+"/"
-	configs := map[string][]string{}
-	for _, cfg := range hooks.MutatingWebhooks {
-		configs["MutatingWebhookConfiguration"] = append(configs["MutatingWebhookConfiguration"], cfg.Name)
-	}
-	for _, cfg := range hooks.ValidatingWebhooks {
-		configs["ValidatingWebhookConfiguration"] = append(configs["ValidatingWebhookConfiguration"], cfg.Name)
-	}
-	for kind, names := range configs {
-		for _, name := range names {
-			if !strings.HasPrefix(name, "jobset-") {
-				continue
-			}
-			live := &unstructured.Unstructured{}
-			live.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind(kind))
-			if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, live); err != nil {
-				return err
-			}
-			webhooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
-			for _, w := range webhooks {
-				url, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "url")
-				if err := unstructured.SetNestedField(w.(map[string]any), strings.Replace(url, from, to, 1), "clientConfig", "url"); err != nil {
-					return err
-				}
-			}
-			if err := unstructured.SetNestedSlice(live.Object, webhooks, "webhooks"); err != nil {
-				return err
-			}
-			if err := c.Client.Update(ctx, live); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	isJobSets := func(name string) bool { return strings.HasPrefix(name, "jobset-") }
+	return editWebhooks(ctx, c.Client, &hooks, isJobSets, func(w map[string]any) error {
+		url, _, _ := unstructured.NestedString(w, "clientConfig", "url")
+		return unstructured.SetNestedField(w, strings.Replace(url, from, to, 1), "clientConfig", "url")
+	})
 }

@@ -47,6 +47,14 @@ func issueServingCert(ctx context.Context, c client.Client, hooks *envtest.Webho
 	hooks.LocalServingCAData = ca
 
 	// Each webhook of the configurations envtest installed trusts the CA.
+	return editWebhooks(ctx, c, hooks, func(string) bool { return true }, func(w map[string]any) error {
+		return unstructured.SetNestedField(w, base64.StdEncoding.EncodeToString(ca), "clientConfig", "caBundle")
+	})
+}
+
+// editWebhooks changes each webhook of the configurations envtest installed whose name keep
+// accepts, with edit, and writes them.
+func editWebhooks(ctx context.Context, c client.Client, hooks *envtest.WebhookInstallOptions, keep func(name string) bool, edit func(webhook map[string]any) error) error {
 	configs := map[string][]string{}
 	for _, cfg := range hooks.MutatingWebhooks {
 		configs["MutatingWebhookConfiguration"] = append(configs["MutatingWebhookConfiguration"], cfg.Name)
@@ -56,6 +64,9 @@ func issueServingCert(ctx context.Context, c client.Client, hooks *envtest.Webho
 	}
 	for kind, names := range configs {
 		for _, name := range names {
+			if !keep(name) {
+				continue
+			}
 			live := &unstructured.Unstructured{}
 			live.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind(kind))
 			if err := c.Get(ctx, client.ObjectKey{Name: name}, live); err != nil {
@@ -63,7 +74,7 @@ func issueServingCert(ctx context.Context, c client.Client, hooks *envtest.Webho
 			}
 			webhooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
 			for _, w := range webhooks {
-				if err := unstructured.SetNestedField(w.(map[string]any), base64.StdEncoding.EncodeToString(ca), "clientConfig", "caBundle"); err != nil {
+				if err := edit(w.(map[string]any)); err != nil {
 					return err
 				}
 			}
