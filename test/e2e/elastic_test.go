@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,16 +22,10 @@ import (
 	"github.com/trainjob/operator/test/testenv"
 )
 
-// kubectl runs the local cluster's kubectl as a user would, with a kubeconfig of its own, and
-// returns what it printed, stdout and stderr together.
+// kubectl runs the local cluster's kubectl as a user would, and returns what it printed.
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	kubeconfig, err := cluster.Kubeconfig("kubectl")
-	require.NoError(t, err)
-	assets, err := testenv.AssetsDir()
-	require.NoError(t, err)
-	out, err := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
+	return cluster.Kubectl(args...)
 }
 
 // runningByIndex are the TrainJob's pods that run (not deleted, not finished), by completion index,

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,26 +15,12 @@ import (
 	"github.com/trainjob/operator/test/testenv"
 )
 
-// applySamples applies config/samples as a user does (`kubectl apply --server-side -k`), into
-// namespace ns, and returns the TrainJobs among them.
+// applySamples applies config/samples as a user does, into namespace ns, and returns the
+// TrainJobs among them.
 func applySamples(t *testing.T, ns string) []*trainer.TrainJob {
 	t.Helper()
-	objs, err := testenv.Kustomize(filepath.Join("..", "..", "config", "samples"))
+	tjs, err := testenv.ApplySamples(context.Background(), k8sClient, ns)
 	require.NoError(t, err)
-	var tjs []*trainer.TrainJob
-	for _, obj := range objs {
-		namespaced, err := k8sClient.IsObjectNamespaced(obj)
-		require.NoError(t, err)
-		if namespaced {
-			obj.SetNamespace(ns)
-		}
-		require.NoError(t, testenv.Apply(context.Background(), k8sClient, "kubectl", obj), "applying %s %s", obj.GetKind(), obj.GetName())
-		if obj.GetKind() == "TrainJob" {
-			tjs = append(tjs, &trainer.TrainJob{})
-			require.NoError(t, fromUnstructured(obj, tjs[len(tjs)-1]))
-		}
-	}
-	require.NotEmpty(t, tjs)
 	return tjs
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -234,26 +233,11 @@ func podUIDs(t *testing.T, tj *trainer.TrainJob) map[string]types.UID {
 	return uids
 }
 
-// applySamples applies config/samples as a user does (`kubectl apply --server-side -k`), into
-// namespace ns, and returns the TrainJobs among them.
+// applySamples applies config/samples as a user does, into namespace ns, and returns the
+// TrainJobs among them.
 func applySamples(t *testing.T, ns string) []*trainer.TrainJob {
 	t.Helper()
-	objs, err := testenv.Kustomize(filepath.Join(repoRoot(t), "config", "samples"))
+	tjs, err := testenv.ApplySamples(context.Background(), k8sClient, ns)
 	require.NoError(t, err)
-	var tjs []*trainer.TrainJob
-	for _, obj := range objs {
-		namespaced, err := k8sClient.IsObjectNamespaced(obj)
-		require.NoError(t, err)
-		if namespaced {
-			obj.SetNamespace(ns)
-		}
-		require.NoError(t, testenv.Apply(context.Background(), k8sClient, "kubectl", obj), "applying %s %s", obj.GetKind(), obj.GetName())
-		if obj.GetKind() == trainer.TrainJobKind {
-			tj := &trainer.TrainJob{}
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, tj))
-			tjs = append(tjs, tj)
-		}
-	}
-	require.NotEmpty(t, tjs)
 	return tjs
 }

@@ -2,7 +2,6 @@ package installed
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -125,14 +124,8 @@ func explainOperatorOnFailure(t *testing.T, ns string) {
 	})
 }
 
-// kubectl runs the local cluster's kubectl with an administrator's kubeconfig, as a user would,
-// and returns what it printed.
+// kubectl runs the local cluster's kubectl as a user would, and returns what it printed.
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	kubeconfig, err := cluster.Kubeconfig("kubectl")
-	require.NoError(t, err)
-	assets, err := testenv.AssetsDir()
-	require.NoError(t, err)
-	out, err := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
+	return cluster.Kubectl(args...)
 }
