@@ -89,14 +89,16 @@ test-monitoring: monitoring-tools ## Check the Grafana dashboard and the Prometh
 	$(PROMTOOL) check rules "$$dir/rules.yaml" && \
 	cp config/prometheus/tests/*.yaml "$$dir/" && cd "$$dir" && $(PROMTOOL) test rules *_test.yaml
 
-# The manager's image as the local cluster's real node loads it for test/e2e/installed: a tag
-# other than latest, so that its pods use the image loaded rather than pull one.
+# The manager's image as the local cluster's real node loads it (test/e2e/installed, make
+# run-installed): a tag other than latest, so that its pods use the image loaded rather than pull
+# one, in an archive of its own, so that a release image of make image is left alone.
 LOCAL_IMG ?= localcluster.local/trainjob-operator:dev
+LOCAL_IMAGE_ARCHIVE = $(IMAGES_DIR)/local-manager.tar
 
 .PHONY: test-e2e
 test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one; then the operator installed there from its image (kustomize and Helm).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 30m $(E2E_ARGS)
-	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG)
+	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG) MANAGER_IMAGE=$(LOCAL_IMAGE_ARCHIVE)
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/installed/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: console-screenshots
@@ -163,7 +165,7 @@ run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $
 INSTALL ?= kustomize
 .PHONY: run-installed
 run-installed: run-programs manifests realnode-assets helm ## Start a local cluster with a real node, and install the operator into it from its image (make image), as a platform engineer does: INSTALL=kustomize (config/default) or INSTALL=helm; its pods run on the real node. Ctrl-C stops all.
-	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG)
+	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG) MANAGER_IMAGE=$(LOCAL_IMAGE_ARCHIVE)
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster -real-node -operator $(INSTALL) $(CLUSTER_ARGS) -install config/runtimes
 
 .PHONY: run-programs

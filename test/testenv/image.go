@@ -14,9 +14,10 @@ import (
 	"strings"
 )
 
-// ManagerImageArchive is the manager's image as `make image` writes it, in bin/images: the real
-// node loads it (LocalOptions.RealNodeImages).
-const ManagerImageArchive = "manager.tar"
+// ManagerImageArchive is the manager's image in bin/images as `make test-e2e` and `make
+// run-installed` write it (make image IMG=$(LOCAL_IMG) MANAGER_IMAGE=...): the real node loads it
+// (LocalOptions.RealNodeImages). A release image of `make image` is manager.tar, left alone.
+const ManagerImageArchive = "local-manager.tar"
 
 // Image is what an image archive (`docker save`'s format, which `ctr images import` takes) says
 // of its image: its tag, the config's user, entrypoint and working directory, and the paths of
@@ -42,7 +43,7 @@ func ReadImage(name string) (*Image, error) {
 		entries[h.Name] = data
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("reading %s (make image writes it): %w", path, err)
+		return nil, fmt.Errorf("reading %s (make test-e2e and make run-installed write it): %w", path, err)
 	}
 	var manifest []struct {
 		Config   string

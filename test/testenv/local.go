@@ -50,7 +50,7 @@ type LocalOptions struct {
 	// plugins (hack/realnode-deps.sh), and the images of `make images`.
 	RealNode bool
 	// RealNodeImages are more image archives of bin/images for the real node to load, beside
-	// the probe, pause and MPI images: "torch.tar" (make images-torch), "manager.tar" (make image).
+	// the probe, pause and MPI images: "torch.tar" (make images-torch), ManagerImageArchive (the operator's).
 	RealNodeImages []string
 	// InCluster makes the real node's pods in-cluster clients and Services work as in a real
 	// cluster, so that the operator can run there as it is installed: the API server serves on

@@ -50,7 +50,7 @@ func run(m *testing.M) int {
 	if !strings.Contains(image.Tag, ":") || strings.HasSuffix(image.Tag, ":latest") {
 		// Kubernetes pulls a :latest image, which no registry here serves, rather than use the
 		// node's.
-		fmt.Fprintf(os.Stderr, "the image %s is tagged latest: build it as make test-e2e does, make image IMG=localcluster.local/trainjob-operator:dev\n", image.Tag)
+		fmt.Fprintf(os.Stderr, "the image %s is tagged latest: build it as make test-e2e does, make image IMG=localcluster.local/trainjob-operator:dev MANAGER_IMAGE=bin/images/local-manager.tar\n", image.Tag)
 		return 1
 	}
 	opts := testenv.DefaultLocalOptions()
