@@ -31,23 +31,9 @@ var realPolling = utiltesting.Polling{Timeout: 90 * time.Second, Interval: 500 *
 // image and command for the framework, numNodes (unless 0: the runtime's), resources that fit
 // the machine, and the real node's selector and toleration for the node job's pods.
 func onTheRealNode(w *utiltesting.TrainJobWrapper, framework string, numNodes int32) *trainer.TrainJob {
-	w.Trainer(&trainer.Trainer{})
-	if numNodes > 0 {
-		w.NumNodes(numNodes)
-	}
-	tj := w.PodSpecOverrides(trainer.PodSpecOverride{
-		TargetJobs: []string{"node"},
-		PodSpecPatch: trainer.PodSpecPatch{
-			NodeSelector: map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
-			Tolerations:  []corev1.Toleration{testenv.RealNodeToleration()},
-		},
-	}).Obj()
-	tj.Spec.Trainer.Image = ptr.To(testenv.ProbeImage)
+	tj := testenv.RealNodeTrainJob(w, numNodes)
 	tj.Spec.Trainer.Command = []string{"/probe", framework}
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "PROBE_TIMEOUT", Value: "60s"}}
-	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-	}}
 	return tj
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,18 +197,12 @@ func (c *Cluster) Install(ctx context.Context, dir string) error {
 // operator serves them: just installed, its Service's endpoints may not have reached every node's
 // proxy yet.
 func (c *Cluster) InstallWhenServed(ctx context.Context, dir string) error {
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		err := c.Install(ctx, dir)
-		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "failed calling webhook") {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		err = c.Install(ctx, dir)
+		return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
+	})
+	return err
 }
 
 // Kubeconfig writes a kubeconfig of an administrator named user into the cluster's folder and

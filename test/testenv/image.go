@@ -3,6 +3,7 @@ package testenv
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -37,8 +38,13 @@ func ReadImage(name string) (*Image, error) {
 		return nil, err
 	}
 	path := filepath.Join(dir, name)
+	archive, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s (make test-e2e and make run-installed write it): %w", path, err)
+	}
+	defer archive.Close()
 	entries := map[string][]byte{}
-	if err := eachTarEntry(path, func(h *tar.Header, r io.Reader) error {
+	if err := eachTarEntry(archive, func(h *tar.Header, r io.Reader) error {
 		data, err := io.ReadAll(r)
 		entries[h.Name] = data
 		return err
@@ -70,16 +76,7 @@ func ReadImage(name string) (*Image, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: layer %s is missing", path, layer)
 		}
-		layerFile, err := os.CreateTemp("", "layer-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.Remove(layerFile.Name())
-		if _, err := layerFile.Write(data); err != nil {
-			return nil, err
-		}
-		_ = layerFile.Close()
-		if err := eachTarEntry(layerFile.Name(), func(h *tar.Header, _ io.Reader) error {
+		if err := eachTarEntry(bytes.NewReader(data), func(h *tar.Header, _ io.Reader) error {
 			img.Files[strings.TrimSuffix(h.Name, "/")] = h.FileInfo().Mode()
 			return nil
 		}); err != nil {
@@ -89,14 +86,9 @@ func ReadImage(name string) (*Image, error) {
 	return img, nil
 }
 
-// eachTarEntry calls f with each entry of a tar file, gzipped or not.
-func eachTarEntry(path string, f func(*tar.Header, io.Reader) error) error {
-	file, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer file.Close()
-	buffered := bufio.NewReader(file)
+// eachTarEntry calls f with each entry of a tar stream, gzipped or not.
+func eachTarEntry(stream io.Reader, f func(*tar.Header, io.Reader) error) error {
+	buffered := bufio.NewReader(stream)
 	var r io.Reader = buffered
 	if magic, _ := buffered.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(buffered)

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -131,23 +132,17 @@ patches:
 // its webhooks once its certificate is mounted, which the kubelet does within a minute or so of
 // the rotation writing it.
 func (in *Installed) WaitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	d := &appsv1.Deployment{}
-	for {
-		err := in.cluster.Client.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: ManagerDeployment}, d)
-		if err == nil && d.Spec.Replicas != nil && d.Generation == d.Status.ObservedGeneration &&
-			d.Status.UpdatedReplicas == *d.Spec.Replicas && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.Replicas == *d.Spec.Replicas {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager's %d replicas were not ready within %s: %v %+v", ptr.Deref(d.Spec.Replicas, 0), timeout, err, d.Status)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		last = in.cluster.Client.Get(ctx, client.ObjectKey{Namespace: in.Namespace, Name: ManagerDeployment}, d)
+		return last == nil && d.Spec.Replicas != nil && d.Generation == d.Status.ObservedGeneration &&
+			d.Status.UpdatedReplicas == *d.Spec.Replicas && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.Replicas == *d.Spec.Replicas, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the manager's %d replicas were not ready within %s: %v %+v", ptr.Deref(d.Spec.Replicas, 0), timeout, last, d.Status)
 	}
+	return nil
 }
 
 // Uninstall removes the operator, as `kubectl delete` of the install or `helm uninstall` does,
@@ -175,17 +170,10 @@ func (in *Installed) Uninstall(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		err := in.cluster.Client.Get(ctx, client.ObjectKey{Name: in.Namespace}, &corev1.Namespace{})
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			errs = append(errs, fmt.Errorf("namespace %s is still there: %v", in.Namespace, err))
-			break
-		}
-		time.Sleep(time.Second)
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(in.cluster.Client.Get(ctx, client.ObjectKey{Name: in.Namespace}, &corev1.Namespace{})), nil
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("namespace %s is still there: %w", in.Namespace, err))
 	}
 	return errors.Join(errs...)
 }

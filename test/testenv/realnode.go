@@ -16,6 +16,11 @@ import (
 	"github.com/prometheus/procfs"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 )
 
 // The local cluster's real node: a kubelet with containerd, runc and the CNI plugins from
@@ -49,6 +54,28 @@ func RealNodePod(spec *corev1.PodSpec) {
 	}
 	spec.NodeSelector[NodeLabel] = RealNodeLabel
 	spec.Tolerations = append(spec.Tolerations, RealNodeToleration())
+}
+
+// RealNodeTrainJob makes a TrainJob's trainer run the probe's image on the real node: numNodes
+// (unless 0: the runtime's), resources that fit the machine, and the real node's selector and
+// toleration for the node job's pods. The caller gives it a command.
+func RealNodeTrainJob(w *utiltesting.TrainJobWrapper, numNodes int32) *trainer.TrainJob {
+	w.Trainer(&trainer.Trainer{})
+	if numNodes > 0 {
+		w.NumNodes(numNodes)
+	}
+	tj := w.PodSpecOverrides(trainer.PodSpecOverride{
+		TargetJobs: []string{"node"},
+		PodSpecPatch: trainer.PodSpecPatch{
+			NodeSelector: map[string]string{NodeLabel: RealNodeLabel},
+			Tolerations:  []corev1.Toleration{RealNodeToleration()},
+		},
+	}).Obj()
+	tj.Spec.Trainer.Image = ptr.To(ProbeImage)
+	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+	}}
+	return tj
 }
 
 // RealNodeToleration lets a pod onto the real node.

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,7 +46,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 	t.Run("bad input is refused by its webhooks", func(t *testing.T) { badInputIsRefused(t, samples) })
 
 	t.Run("a real trainer reports progress at its Service", func(t *testing.T) {
-		tj := onTheRealNode(utiltesting.MakeTrainJob("python", samples).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed"))
+		tj := testenv.RealNodeTrainJob(utiltesting.MakeTrainJob("python", samples).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed"), 1)
 		tj.Spec.Trainer.Image = ptr.To(testenv.MPIImage)
 		tj.Spec.Trainer.Command = []string{"python3", "-c", testenv.ProgressReportScript}
 		require.NoError(t, k8sClient.Create(ctx, tj))
@@ -79,7 +78,7 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 		job := &rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec
 		job.BackoffLimit, job.Template.Spec.RestartPolicy = ptr.To[int32](0), corev1.RestartPolicyNever
 		require.NoError(t, k8sClient.Create(ctx, rt))
-		tj := onTheRealNode(utiltesting.MakeTrainJob("failing", samples).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name))
+		tj := testenv.RealNodeTrainJob(utiltesting.MakeTrainJob("failing", samples).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name), 1)
 		tj.Spec.Trainer.Command = []string{"sh", "-c", "echo 'CUDA error: out of patience' >&2; exit 3"}
 		require.NoError(t, k8sClient.Create(ctx, tj))
 		explainOnFailure(t, tj)
@@ -195,23 +194,6 @@ func badInputIsRefused(t *testing.T, ns string) {
 	err = k8sClient.Create(ctx, rt)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "spec.template.spec.replicatedJobs: Required value: the Job template or pod template of one replicated job must be labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer")
-}
-
-// onTheRealNode makes a TrainJob run the probe's image on the real node with a single node and
-// resources that fit the machine.
-func onTheRealNode(w *utiltesting.TrainJobWrapper) *trainer.TrainJob {
-	tj := w.Trainer(&trainer.Trainer{}).NumNodes(1).PodSpecOverrides(trainer.PodSpecOverride{
-		TargetJobs: []string{"node"},
-		PodSpecPatch: trainer.PodSpecPatch{
-			NodeSelector: map[string]string{testenv.NodeLabel: testenv.RealNodeLabel},
-			Tolerations:  []corev1.Toleration{testenv.RealNodeToleration()},
-		},
-	}).Obj()
-	tj.Spec.Trainer.Image = ptr.To(testenv.ProbeImage)
-	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-	}}
-	return tj
 }
 
 // envOf is the value of a pod's first container's environment variable.

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,15 +42,6 @@ func install(t *testing.T, how, namespace string) *testenv.Installed {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, in.Uninstall(context.Background())) })
 	return in
-}
-
-// waitGone waits until the object is deleted.
-func waitGone(t *testing.T, obj client.Object) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
-		assert.True(c, apierrors.IsNotFound(err), "%T %s is still there: %v", obj, obj.GetName(), err)
-	}, startPolling.Timeout, startPolling.Interval)
 }
 
 // waitForOperator waits until the manager's Deployment has all its replicas ready, checks that
