@@ -16,10 +16,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,7 +80,7 @@ func TestInstallApplies(t *testing.T) {
 		kinds[obj.GetKind()]++
 	}
 	assert.Equal(t, map[string]int{
-		"Namespace": 1, "CustomResourceDefinition": 3, "ServiceAccount": 1, "Deployment": 1, "Service": 2, "Secret": 1,
+		"Namespace": 1, "CustomResourceDefinition": 3, "ServiceAccount": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 2, "Secret": 1,
 		"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "ConfigMap": 1,
 		"ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1,
 	}, kinds)
@@ -243,6 +245,23 @@ func TestManagerIsHardened(t *testing.T) {
 	assert.Contains(t, c.Args, "--leader-elect")
 	assert.Contains(t, c.Args, "--metrics-bind-address=:8443")
 	assert.Equal(t, "trainjob-webhook-server-cert", pod.Volumes[0].Secret.SecretName)
+	// A replica that goes away keeps serving while kube-proxy forgets it, and has the time to
+	// shut down after.
+	require.NotNil(t, c.Lifecycle)
+	require.NotNil(t, c.Lifecycle.PreStop)
+	require.NotNil(t, c.Lifecycle.PreStop.Sleep)
+	assert.Less(t, c.Lifecycle.PreStop.Sleep.Seconds+10, *pod.TerminationGracePeriodSeconds)
+	// A drain evicts one replica at a time.
+	var pdb *policyv1.PodDisruptionBudget
+	for _, obj := range installed {
+		if obj.GetKind() == "PodDisruptionBudget" {
+			pdb = &policyv1.PodDisruptionBudget{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, pdb))
+		}
+	}
+	require.NotNil(t, pdb, "no PodDisruptionBudget")
+	assert.Equal(t, deployment.Spec.Selector, pdb.Spec.Selector)
+	assert.Equal(t, ptr.To(intstr.FromInt32(1)), pdb.Spec.MaxUnavailable)
 }
 
 // TestCertManagerVariant renders config/default-certmanager: cert-manager issues the certificate
