@@ -94,12 +94,21 @@ test-monitoring: monitoring-tools ## Check the Grafana dashboard and the Prometh
 # one, in an archive of its own, so that a release image of make image is left alone.
 LOCAL_IMG ?= localcluster.local/trainjob-operator:dev
 LOCAL_IMAGE_ARCHIVE = $(IMAGES_DIR)/local-manager.tar
+# The release test/e2e/installed upgrades from, in place, to this tree: the commit before HEAD
+# unless told, its sources in bin/previous and its image in bin/images/previous-manager.tar.
+PREVIOUS ?= HEAD~1
+PREVIOUS_IMG = localcluster.local/trainjob-operator:previous
 
 .PHONY: test-e2e
 test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one; then the operator installed there from its image (kustomize and Helm).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 30m $(E2E_ARGS)
 	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG) MANAGER_IMAGE=$(LOCAL_IMAGE_ARCHIVE)
+	$(MAKE) --no-print-directory previous-release
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/installed/ -count=1 -timeout 20m $(E2E_ARGS)
+
+.PHONY: previous-release
+previous-release: $(IMAGES_TOOL) ## Write the release test/e2e/installed upgrades from: commit PREVIOUS (HEAD~1) in bin/previous, its image in bin/images/previous-manager.tar.
+	GO=$(GO) IMAGES_TOOL=$(IMAGES_TOOL) hack/previous-release.sh $(PREVIOUS) $(LOCALBIN)/previous $(PREVIOUS_IMG) $(IMAGES_DIR)/previous-manager.tar
 
 .PHONY: console-screenshots
 console-screenshots: localcluster-assets realnode-assets ## Take the web console's screenshots of docs/console.md again (docs/images), from its e2e tests in headless Chromium.

@@ -161,7 +161,11 @@ func run() error {
 		serving = "and the operator's webhooks (served at " + webhooks + ")"
 	} else {
 		fmt.Printf("Installing the operator with %s...\n", operator)
-		in, err := cluster.InstallOperator(ctx, operator, testenv.OperatorNamespace, 2)
+		this, err := testenv.ThisRelease()
+		if err != nil {
+			return err
+		}
+		in, err := cluster.InstallOperator(ctx, operator, testenv.OperatorNamespace, 2, this)
 		if err != nil {
 			return err
 		}

@@ -35,47 +35,119 @@ const (
 	HelmRelease = "trainjob"
 )
 
+// A Release is a version of the operator to install: a source tree, whose config/ and charts/
+// are installed, and the manager's image built from it, an archive of bin/images that the real
+// node loads (LocalOptions.RealNodeImages).
+type Release struct {
+	Dir, ImageArchive string
+}
+
+// ThisRelease is this tree, with its image as make test-e2e builds it (ManagerImageArchive).
+func ThisRelease() (Release, error) {
+	root, err := moduleDir("")
+	return Release{Dir: root, ImageArchive: ManagerImageArchive}, err
+}
+
+// PreviousRelease is the release that an install is upgraded from to this one, as make
+// previous-release writes it: the sources of the commit before (bin/previous) and their image
+// (PreviousImageArchive). It returns the commit's name too.
+func PreviousRelease() (Release, string, error) {
+	assets, err := AssetsDir()
+	if err != nil {
+		return Release{}, "", err
+	}
+	dir := filepath.Join(assets, "previous")
+	commit, err := os.ReadFile(filepath.Join(dir, "REVISION"))
+	if err != nil {
+		return Release{}, "", fmt.Errorf("no previous release (make previous-release writes it): %w", err)
+	}
+	return Release{Dir: dir, ImageArchive: PreviousImageArchive}, strings.TrimSpace(string(commit)), nil
+}
+
+// PreviousImageArchive is the image of the previous release in bin/images (make previous-release).
+const PreviousImageArchive = "previous-manager.tar"
+
 // Installed is an operator InstallOperator installed.
 type Installed struct {
 	// How is InstallKustomize or InstallHelm; Namespace is the manager's.
 	How, Namespace string
-	// Objects are what a kustomize install applied.
-	Objects []*unstructured.Unstructured
-	cluster *Cluster
+	// Objects are what a kustomize install applied last.
+	Objects  []*unstructured.Unstructured
+	replicas int32
+	cluster  *Cluster
 }
 
-// InstallOperator installs the operator from its image into the cluster, how a platform
-// engineer would (InstallKustomize, InstallHelm; the Helm release into namespace, made first with
-// the restricted Pod Security standard), with replicas of the manager placed on the real node,
-// the only node that runs real containers: the placement a user's kustomization or values give.
-// It returns once the objects are applied; WaitReady waits for the manager.
-func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, replicas int32) (*Installed, error) {
-	img, err := ReadImage(ManagerImageArchive)
+// InstallOperator installs a release of the operator into the cluster, how a platform engineer
+// would (InstallKustomize, InstallHelm; the Helm release into namespace, made first with the
+// restricted Pod Security standard), with replicas of the manager placed on the real node, the
+// only node that runs real containers: the placement a user's kustomization or values give. It
+// returns once the objects are applied; WaitReady waits for the manager.
+func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, replicas int32, rel Release) (*Installed, error) {
+	in := &Installed{How: how, Namespace: namespace, replicas: replicas, cluster: c}
+	switch how {
+	case InstallKustomize:
+		in.Namespace = OperatorNamespace
+	case InstallHelm:
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+		}}
+		if err := c.Client.Create(ctx, ns); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("no install named %q: %s or %s", how, InstallKustomize, InstallHelm)
+	}
+	return in, in.apply(ctx, "install", rel)
+}
+
+// Upgrade installs another release in place of the installed one, as a platform engineer
+// upgrades: `kubectl apply` of their kustomization over the new config/default, or `helm
+// upgrade` with their values. It returns once the objects are applied; the manager's pods then
+// roll.
+func (in *Installed) Upgrade(ctx context.Context, rel Release) error {
+	return in.apply(ctx, "upgrade", rel)
+}
+
+// apply renders the release's install with the placement and image of a user's kustomization or
+// values, and applies it: helmVerb is install or upgrade.
+func (in *Installed) apply(ctx context.Context, helmVerb string, rel Release) error {
+	img, err := ReadImage(rel.ImageArchive)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	i := strings.LastIndex(img.Tag, ":")
 	if i < 0 {
-		return nil, fmt.Errorf("image %q has no tag", img.Tag)
+		return fmt.Errorf("image %q has no tag", img.Tag)
 	}
 	name, tag := img.Tag[:i], img.Tag[i+1:]
-	root, err := moduleDir("")
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "trainjob-install-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
-	switch how {
-	case InstallKustomize:
-		// kustomize takes no absolute path to a base.
-		base, err := filepath.Rel(dir, filepath.Join(root, "config", "default"))
+	if in.How == InstallHelm {
+		values, err := json.Marshal(map[string]any{
+			"image":        map[string]string{"repository": name, "tag": tag},
+			"replicas":     in.replicas,
+			"nodeSelector": map[string]string{NodeLabel: RealNodeLabel},
+			"tolerations":  []corev1.Toleration{RealNodeToleration()},
+		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+		if err := os.WriteFile(filepath.Join(dir, "values.json"), values, 0o600); err != nil {
+			return err
+		}
+		_, err = in.cluster.Helm(ctx, helmVerb, HelmRelease, filepath.Join(rel.Dir, "charts", "trainjob-operator"),
+			"--namespace", in.Namespace, "--values", filepath.Join(dir, "values.json"))
+		return err
+	}
+	// kustomize takes no absolute path to a base.
+	base, err := filepath.Rel(dir, filepath.Join(rel.Dir, "config", "default"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
 - %s
@@ -89,43 +161,18 @@ patches:
     - {op: replace, path: /spec/replicas, value: %d}
     - {op: add, path: /spec/template/spec/nodeSelector, value: {%s: %s}}
     - {op: add, path: /spec/template/spec/tolerations, value: [{key: %q, operator: Exists, effect: NoSchedule}]}
-`, base, name, tag, ManagerDeployment, replicas, NodeLabel, RealNodeLabel, RealNodeTaint)), 0o644); err != nil {
-			return nil, err
-		}
-		objs, err := Kustomize(dir)
-		if err != nil {
-			return nil, err
-		}
-		if err := Apply(ctx, c.Client, "kubectl", objs...); err != nil {
-			return nil, err
-		}
-		return &Installed{How: how, Namespace: OperatorNamespace, Objects: objs, cluster: c}, nil
-	case InstallHelm:
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name: namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-		}}
-		if err := c.Client.Create(ctx, ns); err != nil {
-			return nil, err
-		}
-		values, err := json.Marshal(map[string]any{
-			"image":        map[string]string{"repository": name, "tag": tag},
-			"replicas":     replicas,
-			"nodeSelector": map[string]string{NodeLabel: RealNodeLabel},
-			"tolerations":  []corev1.Toleration{RealNodeToleration()},
-		})
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "values.json"), values, 0o600); err != nil {
-			return nil, err
-		}
-		if _, err := c.Helm(ctx, "install", HelmRelease, filepath.Join(root, "charts", "trainjob-operator"),
-			"--namespace", namespace, "--values", filepath.Join(dir, "values.json")); err != nil {
-			return nil, err
-		}
-		return &Installed{How: how, Namespace: namespace, cluster: c}, nil
+`, base, name, tag, ManagerDeployment, in.replicas, NodeLabel, RealNodeLabel, RealNodeTaint)), 0o644); err != nil {
+		return err
 	}
-	return nil, fmt.Errorf("no install named %q: %s or %s", how, InstallKustomize, InstallHelm)
+	objs, err := Kustomize(dir)
+	if err != nil {
+		return err
+	}
+	if err := Apply(ctx, in.cluster.Client, "kubectl", objs...); err != nil {
+		return err
+	}
+	in.Objects = objs
+	return nil
 }
 
 // WaitReady waits until every replica of the manager is ready, on the new template: it serves
@@ -145,17 +192,14 @@ func (in *Installed) WaitReady(ctx context.Context, timeout time.Duration) error
 	return nil
 }
 
-// Uninstall removes the operator, as `kubectl delete` of the install or `helm uninstall` does,
-// but the CRDs, which would take every TrainJob and runtime with them; it waits until the
-// manager's namespace is gone.
+// Uninstall removes the operator as `kubectl delete -k` of the install does, CRDs and with them
+// every TrainJob and runtime included, or as `helm uninstall` does, which leaves the CRDs; it
+// waits until the manager's namespace is gone.
 func (in *Installed) Uninstall(ctx context.Context) error {
 	var errs []error
 	switch in.How {
 	case InstallKustomize:
 		for i := len(in.Objects) - 1; i >= 0; i-- {
-			if in.Objects[i].GetKind() == "CustomResourceDefinition" {
-				continue
-			}
 			err := in.cluster.Client.Delete(ctx, in.Objects[i].DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground))
 			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, err)

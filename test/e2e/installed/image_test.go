@@ -17,6 +17,7 @@ import (
 // files of the Dockerfile's distroless base that the manager uses, and nothing to run but the
 // manager (no shell).
 func TestTheImageIsTheDockerfiles(t *testing.T) {
+	image := images[thisRelease.ImageArchive]
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
 	require.NoError(t, err)
 	dockerfile := string(data)

@@ -34,26 +34,26 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// install installs the operator as testenv.InstallOperator does, with two replicas, and removes
-// it when the test ends.
-func install(t *testing.T, how, namespace string) *testenv.Installed {
+// install installs a release of the operator as testenv.InstallOperator does, with two replicas,
+// and removes it when the test ends.
+func install(t *testing.T, how, namespace string, rel testenv.Release) *testenv.Installed {
 	t.Helper()
-	in, err := cluster.InstallOperator(context.Background(), how, namespace, 2)
+	in, err := cluster.InstallOperator(context.Background(), how, namespace, 2, rel)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, in.Uninstall(context.Background())) })
 	return in
 }
 
 // waitForOperator waits until the manager's Deployment has all its replicas ready, checks that
-// they run the image on the real node as the install's ServiceAccount, and returns the pod that
-// leads.
-func waitForOperator(t *testing.T, in *testenv.Installed) string {
+// they run the release's image on the real node as the install's ServiceAccount, and returns the
+// pod that leads.
+func waitForOperator(t *testing.T, in *testenv.Installed, rel testenv.Release) string {
 	t.Helper()
 	ns := in.Namespace
 	explainOperatorOnFailure(t, ns)
 	require.NoError(t, in.WaitReady(context.Background(), startPolling.Timeout))
 	for _, p := range managerPods(t, ns) {
-		assert.Equal(t, image.Tag, p.Spec.Containers[0].Image, "pod %s", p.Name)
+		assert.Equal(t, images[rel.ImageArchive].Tag, p.Spec.Containers[0].Image, "pod %s", p.Name)
 		assert.Equal(t, testenv.RealNodeName, p.Spec.NodeName, "pod %s", p.Name)
 		assert.Equal(t, testenv.OperatorServiceAccount, p.Spec.ServiceAccountName, "pod %s", p.Name)
 	}

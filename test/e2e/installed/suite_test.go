@@ -33,8 +33,13 @@ import (
 var (
 	k8sClient client.Client
 	cluster   *testenv.Cluster
-	// image is the manager's image the real node loaded, as `make image` tagged it.
-	image *testenv.Image
+	// thisRelease is this tree and its image; previousRelease, the commit before (previousCommit)
+	// and its image, which an install is upgraded from (make previous-release). The real node
+	// loaded both images.
+	thisRelease, previousRelease testenv.Release
+	previousCommit               string
+	// images are the releases' images, by archive.
+	images = map[string]*testenv.Image{}
 )
 
 func TestMain(m *testing.M) {
@@ -43,20 +48,32 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	if image, err = testenv.ReadImage(testenv.ManagerImageArchive); err != nil {
+	if thisRelease, err = testenv.ThisRelease(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if !strings.Contains(image.Tag, ":") || strings.HasSuffix(image.Tag, ":latest") {
-		// Kubernetes pulls a :latest image, which no registry here serves, rather than use the
-		// node's.
-		fmt.Fprintf(os.Stderr, "the image %s is tagged latest: build it as make test-e2e does, make image IMG=localcluster.local/trainjob-operator:dev MANAGER_IMAGE=bin/images/local-manager.tar\n", image.Tag)
+	if previousRelease, previousCommit, err = testenv.PreviousRelease(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	for _, rel := range []testenv.Release{thisRelease, previousRelease} {
+		image, err := testenv.ReadImage(rel.ImageArchive)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if !strings.Contains(image.Tag, ":") || strings.HasSuffix(image.Tag, ":latest") {
+			// Kubernetes pulls a :latest image, which no registry here serves, rather than use
+			// the node's.
+			fmt.Fprintf(os.Stderr, "the image %s is tagged latest: build the images as make test-e2e does\n", image.Tag)
+			return 1
+		}
+		images[rel.ImageArchive] = image
 	}
 	opts := testenv.DefaultLocalOptions()
 	opts.PodRunTime = 2 * time.Second
 	opts.RealNode, opts.InCluster = true, true
-	opts.RealNodeImages = []string{testenv.ManagerImageArchive}
+	opts.RealNodeImages = []string{thisRelease.ImageArchive, previousRelease.ImageArchive}
 	if cluster, err = testenv.Start(testenv.WithLocalCluster(opts)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
