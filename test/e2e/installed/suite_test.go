@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,9 @@ func run(m *testing.M) int {
 	defer cluster.Stop()
 	k8sClient = cluster.Client
 	code := m.Run()
+	if pluginPath != "" { // trainjobCLI built it
+		_ = os.RemoveAll(filepath.Dir(pluginPath))
+	}
 	if code != 0 {
 		// The cluster's logs go with it: keep a copy to read.
 		keep, _ := os.MkdirTemp("", "trainjob-installed-logs-")
