@@ -38,8 +38,10 @@ func (w trainJobWatcher) run(ctx context.Context, c *clients, opts []client.List
 
 func (w trainJobWatcher) list(ctx context.Context, c *clients, opts []client.ListOption) (string, error) {
 	var all []trainer.TrainJob
-	var page trainer.TrainJobList
 	for cont := ""; ; {
+		// A list of its own for each page: all keeps the items, which a decoder that reuses its
+		// target would overwrite with the next page's (controller-runtime's zeroes it first).
+		var page trainer.TrainJobList
 		if err := c.List(ctx, &page, append(opts, client.Limit(listPage), client.Continue(cont))...); err != nil {
 			return "", err
 		}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// TestTheListReadsEachPageApart lists, from a real API server, more TrainJobs than a page holds,
+// those of the first page labelled unlike those of the second: each is listed once, in order, as
+// it is stored. (A decoder that reuses its target would make the next page's rows overwrite the
+// last's; controller-runtime's client zeroes the target first, and the list decodes each page
+// into a list of its own besides.)
+func TestTheListReadsEachPageApart(t *testing.T) {
+	cluster, err := testenv.Start()
+	require.NoError(t, err)
+	t.Cleanup(cluster.Stop)
+	ctx := context.Background()
+	ns := utiltesting.NewNamespace(t, cluster.Client, "pages")
+	labels := func(i int) map[string]string {
+		if i < listPage { // Names sort as they are made: the first page's.
+			return map[string]string{"page": "1", "first-page-only": "yes"}
+		}
+		return map[string]string{"page": "2"}
+	}
+	n := listPage + listPage/2
+	for i := range n {
+		tj := utiltesting.MakeTrainJob(fmt.Sprintf("tj-%04d", i), ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+		tj.Labels = labels(i)
+		require.NoError(t, cluster.Client.Create(ctx, tj))
+	}
+	c, err := client.NewWithWatch(cluster.Env.Config, client.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	var got []trainer.TrainJob
+	w := trainJobWatcher{listed: func(tjs []trainer.TrainJob) { got = tjs }}
+	_, err = w.list(ctx, &clients{WithWatch: c, namespace: ns}, []client.ListOption{client.InNamespace(ns)})
+	require.NoError(t, err)
+	require.Len(t, got, n)
+	for i, tj := range got {
+		assert.Equal(t, fmt.Sprintf("tj-%04d", i), tj.Name)
+		assert.Equal(t, labels(i), tj.Labels, "TrainJob %s", tj.Name)
+	}
+}
