@@ -112,15 +112,15 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 	want := framework.NumNodes(tj, framework.SnapshotPolicy(tj))
 	name, nodes, recorded := trainerSize(js)
 	if recorded && want == nodes {
-		r.refusals.Delete(tj.UID)
+		r.refusals.delete(tj)
 		return js, 0, nil
 	}
 	if err := framework.CheckElasticSize(elastic, want, "the TrainJob's runtime"); err != nil {
 		r.warnOnce(tj, trainer.TrainJobResizeFailedReason, "Resize", fmt.Sprintf("The trainer job is not resized: %v", err))
 		return js, 0, nil
 	}
-	if last, ok := r.refusals.Load(tj.UID); ok && last.(resizeRefusal).size == want {
-		if wait := resizeRetry - time.Since(last.(resizeRefusal).at); wait > 0 {
+	if last, ok := r.refusals.load(tj); ok && last.size == want {
+		if wait := resizeRetry - time.Since(last.at); wait > 0 {
 			return js, wait, nil
 		}
 	}
@@ -160,7 +160,7 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 	err = r.client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(fieldManager(r.framework)))
 	switch {
 	case permanent(err):
-		r.refusals.Store(tj.UID, resizeRefusal{size: want, at: time.Now()})
+		r.refusals.store(tj, resizeRefusal{size: want, at: time.Now()})
 		r.warnOnce(tj, trainer.TrainJobResizeFailedReason, "Resize", fmt.Sprintf(
 			"JobSet %s refused to go from %d to %d nodes: %v. A running JobSet changes size only when the JobSet controller runs with its ElasticJobSet feature gate on (featureGates in its configuration file); tried again every %s",
 			js.Name, nodes, want, err, resizeRetry))
@@ -168,8 +168,8 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 	case err != nil:
 		return nil, 0, fmt.Errorf("resizing JobSet %s: %w", klog.KObj(js), err)
 	}
-	r.refusals.Delete(tj.UID)
-	r.warned.Delete(warningKey(tj, trainer.TrainJobResizeFailedReason))
+	r.refusals.delete(tj)
+	r.forgetWarning(tj, trainer.TrainJobResizeFailedReason)
 	ctrl.LoggerFrom(ctx).Info("Resized the trainer job", "jobSet", klog.KObj(js), "from", nodes, "to", want)
 	r.recorder.Eventf(tj, js, corev1.EventTypeNormal, trainer.TrainJobResizedReason, "Resize",
 		"Trainer job %q goes from %d to %d nodes", name, nodes, want)
@@ -182,13 +182,25 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 // warnOnce emits a Warning event about the TrainJob, unless the last one of that reason said the
 // same: a state that holds across reconciles is told once, not at each.
 func (r *TrainJobReconciler) warnOnce(tj *trainer.TrainJob, reason, action, message string) {
-	if last, ok := r.warned.Swap(warningKey(tj, reason), message); ok && last == message {
+	// Changed in place: a TrainJob's reconciles run one at a time, and nothing else reads it.
+	told, ok := r.warned.load(tj)
+	if !ok {
+		told = map[string]string{}
+		r.warned.store(tj, told)
+	}
+	if last, ok := told[reason]; ok && last == message {
 		return
 	}
+	told[reason] = message
 	r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, action, "%s", message)
 }
 
-func warningKey(tj *trainer.TrainJob, reason string) string { return string(tj.UID) + "/" + reason }
+// forgetWarning lets the next Warning of that reason be told, whatever it says.
+func (r *TrainJobReconciler) forgetWarning(tj *trainer.TrainJob, reason string) {
+	if told, ok := r.warned.load(tj); ok {
+		delete(told, reason)
+	}
+}
 
 // autoscale gives an elastic TrainJob whose runtime names autoscaling metrics a
 // HorizontalPodAutoscaler of its name while it runs, which scales it through its scale

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,11 +62,10 @@ type TrainJobReconciler struct {
 	// minStallWindow is the least time a trainer's progress may stay the same before it is
 	// called stalled, whatever its deadline: twice the progress endpoint's write interval.
 	minStallWindow time.Duration
-	// refusals are the resizes JobSets refused, by TrainJob UID (elastic.go).
-	refusals sync.Map
-	// warned is the last message of each Warning told once, by TrainJob UID and reason
-	// (warnOnce).
-	warned sync.Map
+	// refusals are the resizes JobSets refused (elastic.go).
+	refusals memo[resizeRefusal]
+	// warned is the last message of each Warning told once, by reason (warnOnce).
+	warned memo[map[string]string]
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -82,6 +80,10 @@ type TrainJobReconciler struct {
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tj, err := managedTrainJob(ctx, r.client, req)
 	if tj == nil {
+		if err == nil { // Gone, going, or another controller's now.
+			r.refusals.forget(req.NamespacedName)
+			r.warned.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, err
 	}
 	if tj.Finished() {

@@ -1,0 +1,49 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	utiltesting "github.com/trainjob/operator/internal/testing"
+)
+
+// TestWhatIsKeptOfATrainJobGoesWithIt: the refused resizes and the Warnings told once are kept by
+// TrainJob, a TrainJob made anew under a name finds nothing of the old one's, and a reconcile
+// that finds the TrainJob gone forgets it (thousands of TrainJobs come and go; the maps kept every
+// one of them).
+func TestWhatIsKeptOfATrainJobGoesWithIt(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, trainer.AddToScheme(scheme))
+	recorder := events.NewFakeRecorder(10)
+	r := &TrainJobReconciler{client: fake.NewClientBuilder().WithScheme(scheme).Build(), recorder: recorder}
+	tj := utiltesting.MakeTrainJob("elastic", "ns").Obj()
+	tj.UID = "first"
+	r.refusals.store(tj, resizeRefusal{size: 3})
+	r.warnOnce(tj, "ResizeFailed", "Resize", "refused")
+	r.warnOnce(tj, "ResizeFailed", "Resize", "refused")
+	assert.Len(t, recorder.Events, 1, "a Warning that holds is told once")
+	got, ok := r.refusals.load(tj)
+	require.True(t, ok)
+	assert.Equal(t, int32(3), got.size)
+
+	again := tj.DeepCopy()
+	again.UID = "second"
+	_, ok = r.refusals.load(again)
+	assert.False(t, ok, "a TrainJob made anew under the name has the old one's refusal")
+	r.warnOnce(again, "ResizeFailed", "Resize", "refused")
+	assert.Len(t, recorder.Events, 2, "a TrainJob made anew under the name is not told")
+
+	_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "elastic"}})
+	require.NoError(t, err)
+	assert.Zero(t, r.refusals.len(), "refusals of a TrainJob that is gone")
+	assert.Zero(t, r.warned.len(), "warnings of a TrainJob that is gone")
+}
