@@ -1,7 +1,9 @@
-// Package metricsauth guards the manager's metrics endpoint: a request must carry a bearer token
-// that the API server authenticates (a TokenReview), and the token's user must be allowed the
-// request's verb on its path (a SubjectAccessReview: the metrics-reader ClusterRole grants `get`
-// on `/metrics`). It does what controller-runtime's filters.WithAuthenticationAndAuthorization
+// Package metricsauth guards the manager's metrics endpoint: a request must be a GET or a HEAD,
+// carry a bearer token that the API server authenticates (a TokenReview), and the token's user
+// must be allowed the request's verb on its path (a SubjectAccessReview: the metrics-reader
+// ClusterRole grants `get` on `/metrics`). The reviews a client makes the guard ask for, of
+// either kind, are bounded as the progress endpoint's are (tokenreview.Budget), so that a pod
+// varying its token, path or verb cannot flood the API server through the manager. It does what controller-runtime's filters.WithAuthenticationAndAuthorization
 // does, with the same answers and cache lifetimes, without linking k8s.io/apiserver: that
 // library's authenticators and authorizers made up 29 MB of the manager's 77 MB executable, and
 // the executable's pages are a third of the manager's memory (docs/performance.md).
@@ -29,10 +31,11 @@ import (
 )
 
 // Reviews are the token reviews of the metrics guard: an answer, good or bad, is remembered for a
-// minute, as controller-runtime's filter does; the budgets are the progress endpoint's.
+// minute, as controller-runtime's filter does; the budgets are the progress endpoint's, and its
+// SubjectAccessReviews have budgets of their own, the same.
 var Reviews = tokenreview.Options{
 	GoodTTL: time.Minute, BadTTL: time.Minute, Size: cacheSize,
-	QPS: 100, Wait: reviewTimeout,
+	QPS: 100, Wait: reviewTimeout, Timeout: reviewTimeout,
 	ClientQPS: 5, ClientBurst: 10,
 }
 
@@ -53,7 +56,8 @@ func Filter(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, er
 	if err != nil {
 		return nil, err
 	}
-	g := &guard{client: c, tokens: tokenreview.New(c, Reviews), decisions: utilcache.NewLRUExpireCache(cacheSize)}
+	g := &guard{client: c, tokens: tokenreview.New(c, Reviews), decisions: utilcache.NewLRUExpireCache(cacheSize),
+		accessReviews: tokenreview.NewBudget(Reviews)}
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(log, next, w, r) }), nil
 	}, nil
@@ -64,6 +68,8 @@ type guard struct {
 	tokens *tokenreview.Reviewer
 	// decisions maps a user, verb and path to whether the user is allowed.
 	decisions *utilcache.LRUExpireCache
+	// accessReviews bounds the SubjectAccessReviews asked for.
+	accessReviews *tokenreview.Budget
 }
 
 // decision is a remembered SubjectAccessReview.
@@ -73,6 +79,12 @@ type decision struct {
 }
 
 func (g *guard) serve(log logr.Logger, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	// Metrics are read, never written: no other method costs a review.
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "Method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout)
 	defer cancel()
 	user, err := g.authenticate(ctx, r)
@@ -91,7 +103,11 @@ func (g *guard) serve(log logr.Logger, next http.Handler, w http.ResponseWriter,
 		return
 	}
 	verb := strings.ToLower(r.Method)
-	d, err := g.authorize(ctx, user, verb, r.URL.Path)
+	d, err := g.authorize(ctx, tokenreview.Client(r), user, verb, r.URL.Path)
+	if errors.Is(err, tokenreview.ErrTooMany) {
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	}
 	if err != nil {
 		msg := fmt.Sprintf("Authorization for user %s failed", user.Username)
 		log.Error(err, msg)
@@ -118,8 +134,9 @@ func (g *guard) authenticate(ctx context.Context, r *http.Request) (*authenticat
 	return g.tokens.Review(ctx, tokenreview.Client(r), token, "")
 }
 
-// authorize asks whether the user may use verb on path.
-func (g *guard) authorize(ctx context.Context, user *authenticationv1.UserInfo, verb, path string) (decision, error) {
+// authorize asks whether the user may use verb on path, if the client from which the request
+// came has a review left in its budget.
+func (g *guard) authorize(ctx context.Context, from string, user *authenticationv1.UserInfo, verb, path string) (decision, error) {
 	spec := authorizationv1.SubjectAccessReviewSpec{
 		User: user.Username, UID: user.UID, Groups: user.Groups,
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
@@ -139,6 +156,12 @@ func (g *guard) authorize(ctx context.Context, user *authenticationv1.UserInfo, 
 	key := sha256.Sum256(data)
 	if d, ok := g.decisions.Get(key); ok {
 		return d.(decision), nil
+	}
+	if !g.accessReviews.ClientMay(from) {
+		return decision{}, tokenreview.ErrTooMany
+	}
+	if err := g.accessReviews.Wait(ctx); err != nil {
+		return decision{}, err
 	}
 	review := &authorizationv1.SubjectAccessReview{Spec: spec}
 	if err := g.client.Create(ctx, review); err != nil {

@@ -44,14 +44,14 @@ const (
 // Reviews are the token reviews of the progress endpoint. A trainer reports with the same token
 // for most of its hour: a good one is remembered for 5 minutes, a bad one for 10 seconds (a
 // client repeating it costs no review). All reviews together are bounded at 100 a second, each
-// waiting up to 10 seconds for its turn, so that a flood of made-up tokens cannot flood the API
+// waiting up to 10 seconds for its turn (and 10 more for the answer), so that a flood of made-up tokens cannot flood the API
 // server through the endpoint; one client address may ask for 5 a second, 10 at once, and is
 // refused past that without waiting, so that such a flood from one pod takes no other pod's turn
 // (a trainer needs one review per token: when it starts, then every 5 minutes; the pods of a node
 // on its host network share an address, hence the room).
 var Reviews = tokenreview.Options{
 	GoodTTL: 5 * time.Minute, BadTTL: 10 * time.Second, Size: 16384,
-	QPS: 100, Wait: 10 * time.Second,
+	QPS: 100, Wait: 10 * time.Second, Timeout: 10 * time.Second,
 	ClientQPS: 5, ClientBurst: 10,
 }
 

@@ -4,7 +4,8 @@
 // longer than bad, so that a client repeating a token costs one review; joins concurrent checks
 // of one token into one review; and bounds the reviews it asks for, per client and in all, so
 // that a flood of made-up tokens from one client can neither flood the API server through it nor
-// take the turns of other clients.
+// take the turns of other clients (a Budget, which the metrics guard also puts on the
+// SubjectAccessReviews it asks for).
 package tokenreview
 
 import (
@@ -35,9 +36,9 @@ type Options struct {
 	// Size bounds how many tokens are remembered, good and bad together.
 	Size int
 	// QPS bounds the reviews of all clients together, zero meaning no bound; a review waits up
-	// to Wait for its turn.
-	QPS  float64
-	Wait time.Duration
+	// to Wait for its turn, then up to Timeout (zero: 10 s) for the API server's answer.
+	QPS           float64
+	Wait, Timeout time.Duration
 	// ClientQPS and ClientBurst bound the reviews of one client (a remote address); a review
 	// past them is refused at once, without waiting. Zero ClientQPS means no such bound.
 	ClientQPS   float64
@@ -60,20 +61,53 @@ type Reviewer struct {
 	client  client.Client
 	opts    Options
 	answers *utilcache.LRUExpireCache // sha256 of audience and token -> *authenticationv1.UserInfo, nil when refused
-	clients *utilcache.LRUExpireCache // client -> *rate.Limiter
-	all     *rate.Limiter
+	budget  *Budget
 	checks  singleflight.Group
 }
 
 // New returns a Reviewer that asks the API server with c, which may create TokenReviews.
 func New(c client.Client, opts Options) *Reviewer {
-	return &Reviewer{
-		client:  c,
-		opts:    opts,
-		answers: utilcache.NewLRUExpireCache(opts.Size),
-		clients: utilcache.NewLRUExpireCache(opts.Size),
-		all:     rate.NewLimiter(limit(opts.QPS), max(1, int(opts.QPS))),
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
 	}
+	return &Reviewer{client: c, opts: opts, answers: utilcache.NewLRUExpireCache(opts.Size), budget: NewBudget(opts)}
+}
+
+// Budget bounds the reviews that clients cost the API server, as Options say: each client its
+// own, refused at once past it, and all together, waited for.
+type Budget struct {
+	opts    Options
+	clients *utilcache.LRUExpireCache // client -> *rate.Limiter
+	all     *rate.Limiter
+}
+
+// NewBudget returns the budget of opts' QPS, Wait, ClientQPS and ClientBurst; Size bounds how
+// many clients it remembers.
+func NewBudget(opts Options) *Budget {
+	return &Budget{opts: opts, clients: utilcache.NewLRUExpireCache(opts.Size), all: rate.NewLimiter(limit(opts.QPS), max(1, int(opts.QPS)))}
+}
+
+// ClientMay takes one review from the client's budget, if it has one left.
+func (b *Budget) ClientMay(from string) bool {
+	if b.opts.ClientQPS == 0 {
+		return true
+	}
+	l, ok := b.clients.Get(from)
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(b.opts.ClientQPS), max(1, b.opts.ClientBurst))
+	}
+	b.clients.Add(from, l, clientIdle)
+	return l.(*rate.Limiter).Allow()
+}
+
+// Wait waits up to Wait for a review's turn among all clients': ErrTooMany when it does not come.
+func (b *Budget) Wait(ctx context.Context) error {
+	wait, cancel := context.WithTimeout(ctx, b.opts.Wait)
+	defer cancel()
+	if err := b.all.Wait(wait); err != nil {
+		return ErrTooMany
+	}
+	return nil
 }
 
 // limit is a rate of qps, or no bound for zero.
@@ -92,15 +126,18 @@ func (r *Reviewer) Review(ctx context.Context, from, token, audience string) (*a
 	if user, ok := r.answers.Get(key); ok {
 		return user.(*authenticationv1.UserInfo), nil
 	}
-	if !r.clientMay(from) {
+	if !r.budget.ClientMay(from) {
 		return nil, ErrTooMany
 	}
-	user, err, _ := r.checks.Do(string(key[:]), func() (any, error) {
-		wait, cancel := context.WithTimeout(ctx, r.opts.Wait)
-		defer cancel()
-		if err := r.all.Wait(wait); err != nil {
-			return nil, ErrTooMany
+	// The callers of one token share its review, which runs on a context of its own: the
+	// first caller going away must not fail the others.
+	shared := context.WithoutCancel(ctx)
+	answer := r.checks.DoChan(string(key[:]), func() (any, error) {
+		if err := r.budget.Wait(shared); err != nil {
+			return nil, err
 		}
+		ctx, cancel := context.WithTimeout(shared, r.opts.Timeout)
+		defer cancel()
 		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
 		if audience != "" {
 			review.Spec.Audiences = []string{audience}
@@ -116,21 +153,13 @@ func (r *Reviewer) Review(ctx context.Context, from, token, audience string) (*a
 		r.answers.Add(key, &st.User, r.opts.GoodTTL)
 		return &st.User, nil
 	})
-	if err != nil {
-		return nil, err
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case res := <-answer:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*authenticationv1.UserInfo), nil
 	}
-	return user.(*authenticationv1.UserInfo), nil
-}
-
-// clientMay takes one review from the client's budget, if it has one left.
-func (r *Reviewer) clientMay(from string) bool {
-	if r.opts.ClientQPS == 0 {
-		return true
-	}
-	l, ok := r.clients.Get(from)
-	if !ok {
-		l = rate.NewLimiter(rate.Limit(r.opts.ClientQPS), max(1, r.opts.ClientBurst))
-	}
-	r.clients.Add(from, l, clientIdle)
-	return l.(*rate.Limiter).Allow()
 }

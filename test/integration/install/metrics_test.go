@@ -24,8 +24,9 @@ import (
 // TestMetricsNeedAnAllowedToken serves a metrics endpoint behind the manager's filter, which
 // reviews as the manager's service account with the install's RBAC: only a token whose user the
 // cluster lets get /metrics (the install's metrics-reader ClusterRole, bound to a scraper) reads
-// it; no token or a made-up one is 401, a known user without the grant, another path or another
-// verb 403.
+// it; no token or a made-up one is 401, a known user without the grant or another path 403, a
+// method other than GET and HEAD 405 before any review; a client that varies the path, each one
+// a SubjectAccessReview, is refused with 429 past its budget.
 func TestMetricsNeedAnAllowedToken(t *testing.T) {
 	ctx := context.Background()
 	applyRBAC(t)
@@ -63,7 +64,9 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 		{"not a bearer token", http.MethodGet, "/metrics", "Basic " + prometheus, http.StatusUnauthorized},
 		{"a user without the grant", http.MethodGet, "/metrics", "Bearer " + nobody, http.StatusForbidden},
 		{"the scraper on another path", http.MethodGet, "/debug/pprof/", "Bearer " + prometheus, http.StatusForbidden},
-		{"the scraper with another verb", http.MethodPost, "/metrics", "Bearer " + prometheus, http.StatusForbidden},
+		{"the scraper with another method", http.MethodPost, "/metrics", "Bearer " + prometheus, http.StatusMethodNotAllowed},
+		{"no token, another method", http.MethodDelete, "/metrics", "", http.StatusMethodNotAllowed},
+		{"the scraper with HEAD", http.MethodHead, "/metrics", "Bearer " + prometheus, http.StatusForbidden},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,11 +80,33 @@ func TestMetricsNeedAnAllowedToken(t *testing.T) {
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
 			assert.Equal(t, tc.code, resp.StatusCode, "%s", body)
-			if tc.code == http.StatusForbidden {
+			if tc.code == http.StatusForbidden && tc.method != http.MethodHead {
 				assert.Contains(t, string(body), fmt.Sprintf("Authorization denied for user system:serviceaccount:%s:", monitoring))
 			}
 		})
 	}
+
+	// Each new path is a SubjectAccessReview: a client that asks for many is refused past its
+	// budget (10 at once, 5 a second), without a review.
+	codes := map[int]int{}
+	for i := range 40 {
+		codes[get(t, server, fmt.Sprintf("/metrics/%d", i), prometheus)]++
+	}
+	assert.Equal(t, 40, codes[http.StatusForbidden]+codes[http.StatusTooManyRequests], "%v", codes)
+	assert.Greater(t, codes[http.StatusTooManyRequests], 20, "%v", codes)
+	assert.Equal(t, http.StatusOK, get(t, server, "/metrics", prometheus), "a decision made is not counted again")
+}
+
+// get asks the server for path with a bearer token, and returns the answer's status.
+func get(t *testing.T, server *httptest.Server, path, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, server.URL+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := server.Client().Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
 
 // token is a new token of a service account, as the kubelet gives its pods.
