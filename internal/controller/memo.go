@@ -30,7 +30,9 @@ func (m *memo[T]) store(tj *trainer.TrainJob, value T) {
 	m.m.Store(types.NamespacedName{Namespace: tj.Namespace, Name: tj.Name}, memoEntry[T]{uid: tj.UID, value: value})
 }
 
-func (m *memo[T]) delete(tj *trainer.TrainJob) { m.forget(types.NamespacedName{Namespace: tj.Namespace, Name: tj.Name}) }
+func (m *memo[T]) delete(tj *trainer.TrainJob) {
+	m.forget(types.NamespacedName{Namespace: tj.Namespace, Name: tj.Name})
+}
 
 // forget drops what is kept of the TrainJob of that name, whichever it was.
 func (m *memo[T]) forget(key types.NamespacedName) { m.m.Delete(key) }
