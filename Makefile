@@ -108,7 +108,7 @@ test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests i
 
 .PHONY: previous-release
 previous-release: $(IMAGES_TOOL) ## Write the release test/e2e/installed upgrades from: commit PREVIOUS (HEAD~1) in bin/previous, its image in bin/images/previous-manager.tar.
-	GO=$(GO) IMAGES_TOOL=$(IMAGES_TOOL) hack/previous-release.sh $(PREVIOUS) $(LOCALBIN)/previous $(PREVIOUS_IMG) $(IMAGES_DIR)/previous-manager.tar
+	GO=$(GO) IMAGES_TOOL=$(IMAGES_TOOL) hack/previous-release.sh "$(PREVIOUS)" "$(LOCALBIN)/previous" "$(PREVIOUS_IMG)" "$(IMAGES_DIR)/previous-manager.tar"
 
 .PHONY: console-screenshots
 console-screenshots: localcluster-assets realnode-assets ## Take the web console's screenshots of docs/console.md again (docs/images), from its e2e tests in headless Chromium.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -178,6 +179,9 @@ func main() {
 		// The manager exits right after its controllers stop, so the lease can be handed over at
 		// once instead of after it expires.
 		LeaderElectionReleaseOnCancel: true,
+		// Within the pod's terminationGracePeriodSeconds (20) after its preStop sleep (5), so
+		// that the lease is released rather than left to expire.
+		GracefulShutdownTimeout: ptr.To(10 * time.Second),
 	}
 	var mgr ctrl.Manager
 	exitOn(controller.RetryStartup(setupLog, "creating the manager", func() (err error) {

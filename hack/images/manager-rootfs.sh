@@ -4,7 +4,9 @@
 # (65532) and its group, the CA certificates of this machine (Debian's ca-certificates), and a
 # /tmp. No shell, no package manager: nothing to run in it but the manager.
 #
-#	hack/images/manager-rootfs.sh DIR
+#	hack/images/manager-rootfs.sh DIR [SRC]
+#
+# SRC is the source tree the manager is built from, this one unless given.
 #
 # The files' modes do not depend on the caller's umask: the image's user, 65532, must read and
 # run them whoever built it. (Its home, root's here where distroless gives it to nonroot, is never
@@ -15,7 +17,7 @@ dir=$1
 rm -rf "$dir"
 mkdir -p "$dir/etc/ssl/certs" "$dir/home/nonroot" "$dir/tmp"
 chmod 1777 "$dir/tmp"
-hack/manager-build.sh "$dir/manager"
+"$(dirname "$0")/../manager-build.sh" "$dir/manager" "${2:-.}"
 chmod 0755 "$dir/manager"
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
 cat > "$dir/etc/passwd" <<'PASSWD'

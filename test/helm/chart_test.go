@@ -113,7 +113,7 @@ func TestValues(t *testing.T) {
 			flags: sets("resources.limits.memory=4Gi"),
 			check: func(t *testing.T, objs []*unstructured.Unstructured) {
 				assert.Equal(t, corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("320Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
 				}, container(t, objs).Resources)
 			},

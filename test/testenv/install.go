@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -71,7 +73,8 @@ const PreviousImageArchive = "previous-manager.tar"
 type Installed struct {
 	// How is InstallKustomize or InstallHelm; Namespace is the manager's.
 	How, Namespace string
-	// Objects are what a kustomize install applied last.
+	// Objects are what Uninstall deletes besides what helm uninstall does: every object a
+	// kustomize install applied, of each release; a Helm install's CRDs.
 	Objects  []*unstructured.Unstructured
 	replicas int32
 	cluster  *Cluster
@@ -88,10 +91,11 @@ func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, re
 	case InstallKustomize:
 		in.Namespace = OperatorNamespace
 	case InstallHelm:
+		// A namespace left by an uninstall is installed into again.
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name: namespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
 		}}
-		if err := c.Client.Create(ctx, ns); err != nil {
+		if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
 		}
 	default:
@@ -100,10 +104,10 @@ func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, re
 	return in, in.apply(ctx, "install", rel)
 }
 
-// Upgrade installs another release in place of the installed one, as a platform engineer
-// upgrades: `kubectl apply` of their kustomization over the new config/default, or `helm
-// upgrade` with their values. It returns once the objects are applied; the manager's pods then
-// roll.
+// Upgrade installs another release in place of the installed one, as docs/install.md tells a
+// platform engineer to: `kubectl apply --server-side` of their kustomization over the new
+// config/default, or the new chart's CRDs applied so, then `helm upgrade` with their values. It
+// returns once the objects are applied; the manager's pods then roll.
 func (in *Installed) Upgrade(ctx context.Context, rel Release) error {
 	return in.apply(ctx, "upgrade", rel)
 }
@@ -138,6 +142,17 @@ func (in *Installed) apply(ctx context.Context, helmVerb string, rel Release) er
 		if err := os.WriteFile(filepath.Join(dir, "values.json"), values, 0o600); err != nil {
 			return err
 		}
+		// helm installs crds/ when they are missing, and never again: the user applies them.
+		crds, err := readCRDs(rel)
+		if err != nil {
+			return err
+		}
+		if helmVerb == "upgrade" {
+			if err := apply(ctx, in.cluster.Client, crds); err != nil {
+				return err
+			}
+		}
+		in.Objects = crds
 		_, err = in.cluster.Helm(ctx, helmVerb, HelmRelease, filepath.Join(rel.Dir, "charts", "trainjob-operator"),
 			"--namespace", in.Namespace, "--values", filepath.Join(dir, "values.json"))
 		return err
@@ -168,11 +183,45 @@ patches:
 	if err != nil {
 		return err
 	}
-	if err := Apply(ctx, in.cluster.Client, "kubectl", objs...); err != nil {
+	if err := apply(ctx, in.cluster.Client, objs); err != nil {
 		return err
 	}
-	in.Objects = objs
+	// kubectl apply leaves what a release dropped: Uninstall deletes it too.
+	in.Objects = slices.Concat(in.Objects, objs)
 	return nil
+}
+
+// apply applies the objects as `kubectl apply --server-side` does: without taking fields another
+// field manager owns (a conflict is an error, as kubectl's without --force-conflicts).
+func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+	for _, obj := range objs {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj.DeepCopy()), client.FieldOwner("kubectl")); err != nil {
+			return fmt.Errorf("applying %s %q: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// readCRDs reads the CRDs of a release's chart.
+func readCRDs(rel Release) ([]*unstructured.Unstructured, error) {
+	dir := filepath.Join(rel.Dir, "charts", "trainjob-operator", "crds")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no CRDs in %s: %v", dir, err)
+	}
+	var crds []*unstructured.Unstructured
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := Decode(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		crds = append(crds, objs...)
+	}
+	return crds, nil
 }
 
 // WaitReady waits until every replica of the manager is ready, on the new template: it serves
@@ -193,24 +242,22 @@ func (in *Installed) WaitReady(ctx context.Context, timeout time.Duration) error
 }
 
 // Uninstall removes the operator as `kubectl delete -k` of the install does, CRDs and with them
-// every TrainJob and runtime included, or as `helm uninstall` does, which leaves the CRDs; it
-// waits until the manager's namespace is gone.
+// every TrainJob and runtime included, or as `helm uninstall` then `kubectl delete -f crds/`
+// do; it waits until the manager's namespace is gone. Uninstalled already is no error.
 func (in *Installed) Uninstall(ctx context.Context) error {
 	var errs []error
-	switch in.How {
-	case InstallKustomize:
-		for i := len(in.Objects) - 1; i >= 0; i-- {
-			err := in.cluster.Client.Delete(ctx, in.Objects[i].DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground))
-			if err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
-			}
-		}
-	case InstallHelm:
-		// Uninstalled already is no error.
+	if in.How == InstallHelm {
 		if out, err := in.cluster.Helm(ctx, "uninstall", HelmRelease, "--namespace", in.Namespace, "--wait"); err != nil && !strings.Contains(err.Error(), "not found") {
 			errs = append(errs, fmt.Errorf("%w: %s", err, out))
 		}
 		if err := in.cluster.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.Namespace}}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	// A kustomize install's objects, last first; a Helm install's CRDs.
+	for i := len(in.Objects) - 1; i >= 0; i-- {
+		err := in.cluster.Client.Delete(ctx, in.Objects[i].DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if err != nil && !apierrors.IsNotFound(err) && !apimeta.IsNoMatchError(err) {
 			errs = append(errs, err)
 		}
 	}

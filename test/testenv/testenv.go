@@ -14,10 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// Third-party CRDs, as module path and the file or folder inside that module ("" is this
-// repository). The versions are the ones in go.mod, so the CRDs always match the Go types the
+// The operator's CRDs and third-party ones, as module path and the file or folder inside that
+// module ("" is this repository). The versions are the ones in go.mod, so the CRDs always match the Go types the
 // operator is built with; Kueue's are those of hack/tools/kueue, which bin/kueue is built from.
 var (
+	operatorCRD  = crd{path: "config/crd/bases"}
 	jobSetCRD    = crd{module: "sigs.k8s.io/jobset", path: "config/components/crd/bases"}
 	podGroupCRDs = []crd{
 		{module: "sigs.k8s.io/scheduler-plugins", path: "manifests/coscheduling/crd.yaml"},
@@ -55,6 +56,12 @@ func WithoutPodGroupCRDs(s *settings) {
 	s.crds = slices.DeleteFunc(s.crds, func(c crd) bool { return slices.Contains(podGroupCRDs, c) })
 }
 
+// WithoutOperatorCRDs leaves the operator's own CRDs out: for a cluster into which the tests
+// install the operator as a user does, CRDs included.
+func WithoutOperatorCRDs(s *settings) {
+	s.crds = slices.DeleteFunc(s.crds, func(c crd) bool { return c == operatorCRD })
+}
+
 // WithWebhooks installs the operator's webhook configurations (config/webhook), pointed at a
 // server on loopback with certificates envtest makes; StartManager serves them there.
 func WithWebhooks(s *settings) { s.webhooks = true }
@@ -67,7 +74,7 @@ func WithoutJobSetWebhooks(s *settings) { s.noJobSetWebhooks = true }
 func WithAuditLog(s *settings) { s.audit = true }
 
 func newSettings(opts []Option) *settings {
-	s := &settings{crds: append([]crd{{path: "config/crd/bases"}, jobSetCRD}, podGroupCRDs...)}
+	s := &settings{crds: append([]crd{operatorCRD, jobSetCRD}, podGroupCRDs...)}
 	for _, opt := range opts {
 		opt(s)
 	}

@@ -24,7 +24,9 @@ import (
 // installs on upgrade are admitted by its webhooks, a TrainJob runs to Complete, bad input is
 // refused; helm upgrade keeps the certificate the manager rotated into its Secret, and refuses
 // nothing after its roll; helm uninstall removes all it installed but the CRDs, which keep the
-// TrainJobs, whose pods run on as docs/install.md says, until their TrainJob is deleted.
+// TrainJobs, whose pods run on as docs/install.md says, until their TrainJob is deleted; and
+// helm install of this release, fresh, into what the uninstall left, runs from its first start
+// (an empty certificate Secret) to a TrainJob that completes.
 func TestTheHelmInstallRuns(t *testing.T) {
 	ctx := context.Background()
 	chart, err := testenv.ChartDir()
@@ -104,4 +106,11 @@ func TestTheHelmInstallRuns(t *testing.T) {
 			assert.Empty(c, pods(c, tj), "pods of the deleted TrainJob %s", tj.Name)
 		}, polling.Timeout, polling.Interval)
 	}
+
+	// This release installed fresh: its manager's first start makes the certificate.
+	in = install(t, testenv.InstallHelm, in.Namespace, thisRelease)
+	waitForOperator(t, in, thisRelease)
+	fresh := utiltesting.MakeTrainJob("after-a-fresh-install", ns).RuntimeRef(trainer.TrainingRuntimeKind, "long").Obj()
+	require.NoError(t, k8sClient.Create(ctx, fresh))
+	waitForTrainJob(t, fresh, isTrue(trainer.TrainJobComplete))
 }

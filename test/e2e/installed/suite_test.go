@@ -24,7 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
@@ -48,6 +50,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	var err error
 	if thisRelease, err = testenv.ThisRelease(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -75,7 +78,8 @@ func run(m *testing.M) int {
 	opts.PodRunTime = 2 * time.Second
 	opts.RealNode, opts.InCluster = true, true
 	opts.RealNodeImages = []string{thisRelease.ImageArchive, previousRelease.ImageArchive}
-	if cluster, err = testenv.Start(testenv.WithLocalCluster(opts)); err != nil {
+	// The operator's CRDs come with each install, as they come to a user's cluster.
+	if cluster, err = testenv.Start(testenv.WithLocalCluster(opts), testenv.WithoutOperatorCRDs); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
