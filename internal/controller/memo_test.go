@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,4 +47,16 @@ func TestWhatIsKeptOfATrainJobGoesWithIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, r.refusals.len(), "refusals of a TrainJob that is gone")
 	assert.Zero(t, r.warned.len(), "warnings of a TrainJob that is gone")
+}
+
+// TestARefusalIsTriedAgainLaterEachTime: children the API server refused are written again after
+// 2 s, then twice as long each time, never more than 5 minutes apart.
+func TestARefusalIsTriedAgainLaterEachTime(t *testing.T) {
+	var got []time.Duration
+	for refused := range 12 {
+		got = append(got, refusalBackoff(refused))
+	}
+	assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second,
+		64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, got)
+	assert.Equal(t, 5*time.Minute, refusalBackoff(1000))
 }

@@ -66,6 +66,9 @@ type TrainJobReconciler struct {
 	refusals memo[resizeRefusal]
 	// warned is the last message of each Warning told once, by reason (warnOnce).
 	warned memo[map[string]string]
+	// refusedBuilds counts the TrainJob's children the API server refused in a row, for the
+	// back-off of their next write (refusalBackoff).
+	refusedBuilds memo[int]
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -83,6 +86,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		if err == nil { // Gone, going, or another controller's now.
 			r.refusals.forget(req.NamespacedName)
 			r.warned.forget(req.NamespacedName)
+			r.refusedBuilds.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
@@ -314,15 +318,22 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			// selector, tolerations and scheduling gates. Other changes make a new one.
 			return r.recreate(ctx, tj, before, js, err)
 		case permanent(err):
-			// Writing it again cannot help: the TrainJob waits for a change to it or its runtime.
-			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
-			log.Info("The API server refused the TrainJob's children; not retrying until the TrainJob or its runtime changes", "error", err.Error())
-			return ctrl.Result{}, nil
+			// The same write may pass later (a policy lifted, a webhook fixed, a quota freed):
+			// tried again after a back-off that grows to refusalRetryCap, and at once when the
+			// TrainJob or its runtime changes.
+			refused, _ := r.refusedBuilds.load(tj)
+			r.refusedBuilds.store(tj, refused+1)
+			wait := refusalBackoff(refused)
+			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
+				fmt.Sprintf("%v; tried again with a back-off of up to %s", err, refusalRetryCap))
+			log.Info("The API server refused the TrainJob's children; trying again", "error", err.Error(), "after", wait)
+			return ctrl.Result{RequeueAfter: wait}, nil
 		case err != nil:
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason, err.Error())
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
 		built = true
+		r.refusedBuilds.delete(tj)
 		log.V(2).Info("Wrote JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
 		if progressOff != nil {
 			log.Info("Built the JobSet without progress reporting", "error", progressOff.Error())
@@ -414,6 +425,23 @@ func setNotOurs(tj *trainer.TrainJob, err error) {
 // notOursRetry is how soon a TrainJob that waits for an object of a child's name that is not its
 // own, and that the operator does not watch, looks again.
 const notOursRetry = 2 * time.Second
+
+// A TrainJob's children that the API server refused are written again after refusalRetryBase,
+// then after twice as long each time, up to refusalRetryCap: as the Job controller does with a
+// pod that keeps failing.
+const (
+	refusalRetryBase = 2 * time.Second
+	refusalRetryCap  = 5 * time.Minute
+)
+
+// refusalBackoff is how long to wait before writing again children refused `refused` times
+// before this refusal.
+func refusalBackoff(refused int) time.Duration {
+	if refused >= 8 { // 2 s << 8 is past the cap already; no overflow.
+		return refusalRetryCap
+	}
+	return min(refusalRetryBase<<refused, refusalRetryCap)
+}
 
 // mayHaveRun reports whether the TrainJob's pods may have run: its status last saw its JobSet
 // made and not suspended (state Created or Running), and it is not suspended. Its JobSet is never

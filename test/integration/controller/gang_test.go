@@ -241,17 +241,22 @@ func TestGangTrainJobThatCannotBeBuiltSaysSo(t *testing.T) {
 // it.
 func refusePodGroups(t *testing.T, ns, message string, operations ...admissionregistrationv1.OperationType) (lift func()) {
 	t.Helper()
+	return refuse(t, ns, message, admissionregistrationv1.Rule{APIGroups: []string{"scheduling.x-k8s.io"}, APIVersions: []string{"v1alpha1"},
+		Resources: []string{"podgroups"}}, &schedulerpluginsv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, operations...)
+}
+
+// refuse makes the API server refuse the operations on the resources of rule in namespace ns,
+// with message: a ValidatingAdmissionPolicy. It returns once a dry-run create of probe is refused,
+// and the function that lifts the refusal (the test's end does too).
+func refuse(t *testing.T, ns, message string, rule admissionregistrationv1.Rule, probe client.Object, operations ...admissionregistrationv1.OperationType) (lift func()) {
+	t.Helper()
 	ctx := context.Background()
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-podgroups-" + ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-" + rule.Resources[0] + "-" + ns},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: operations,
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{"scheduling.x-k8s.io"}, APIVersions: []string{"v1alpha1"},
-						Resources: []string{"podgroups"}},
-				},
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: operations, Rule: rule},
 			}}},
 			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: message}},
 		},
@@ -273,11 +278,10 @@ func refusePodGroups(t *testing.T, ns, message string, operations ...admissionre
 		require.NoError(t, client.IgnoreNotFound(k8sClient.Delete(ctx, policy)))
 	}
 	t.Cleanup(lift)
-	// In force once a dry-run create of a PodGroup in the namespace is refused with the message
-	// (every policy here refuses creates too).
+	// In force once a dry-run create in the namespace is refused with the message (every policy
+	// here refuses creates).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		probe := &schedulerpluginsv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}
-		err := k8sClient.Create(ctx, probe, client.DryRunAll)
+		err := k8sClient.Create(ctx, probe.DeepCopyObject().(client.Object), client.DryRunAll)
 		assert.ErrorContains(c, err, message)
 	}, timeout, interval, "the policy is not in force")
 	return lift

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -495,9 +496,9 @@ func TestDeletingARuntimeInUseLeavesItsTrainJobsRunning(t *testing.T) {
 	})
 }
 
-// A JobSet that JobSet's webhook refuses is not written again and again: the TrainJob says why
-// and waits for a change to it or to its runtime.
-func TestARefusedJobSetIsNotRetried(t *testing.T) {
+// A JobSet that JobSet's webhook refuses is not written again and again: the TrainJob says why,
+// and it is tried again after a back-off (2 s, doubling up to 5 minutes), not at each reconcile.
+func TestARefusedJobSetIsNotRetriedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	first := utiltesting.ReplicatedJob("init", "", "init")
@@ -510,10 +511,37 @@ func TestARefusedJobSetIsNotRetried(t *testing.T) {
 	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
 		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
 	})
-	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, "DependsOn can't be set for the first ReplicatedJob")
+	message := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message
+	assert.Contains(t, message, "DependsOn can't be set for the first ReplicatedJob")
+	assert.Contains(t, message, "tried again with a back-off of up to 5m0s")
 	before := reconcileErrors(t, "plain")
 	time.Sleep(3 * time.Second) // Backoff would have retried several times by now.
-	assert.Equal(t, before, reconcileErrors(t, "plain"), "the refused JobSet was retried")
+	assert.Equal(t, before, reconcileErrors(t, "plain"), "the refused JobSet was retried as an error")
+}
+
+// TestARefusalThatClearsIsTriedAgain: a JobSet refused by a cluster policy (a webhook, a quota
+// alike) is written again once the policy is lifted, with no change to the TrainJob or its
+// runtime; meanwhile the TrainJob's Created condition says why.
+func TestARefusalThatClearsIsTriedAgain(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const reason = "no training on Fridays"
+	lift := refuse(t, ns, reason, admissionregistrationv1.Rule{APIGroups: []string{jobsetv1alpha2.GroupVersion.Group},
+		APIVersions: []string{jobsetv1alpha2.GroupVersion.Version}, Resources: []string{"jobsets"}},
+		&jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, admissionregistrationv1.Create)
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("plain", ns, utiltesting.MakeRuntimeSpec().Obj())))
+	tj := utiltesting.MakeTrainJob("refused", ns).RuntimeRef(trainer.TrainingRuntimeKind, "plain").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+
+	got := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
+	})
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message, reason)
+	lift()
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
 }
 
 // reconcileErrors is how many reconciles of a controller returned an error, from the manager's
