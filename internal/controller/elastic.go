@@ -210,7 +210,8 @@ func (r *TrainJobReconciler) forgetWarning(tj *trainer.TrainJob, reason string) 
 // operator keeps the autoscaler's target, bounds, metrics and label (which puts it in the
 // operator's cache); its behavior is the user's to tune. An autoscaler of the name that is not
 // the TrainJob's is never touched, and one the API server refuses (metrics it cannot take) is not
-// written again until the TrainJob changes: a Warning event says either, once.
+// written again until the TrainJob changes, or refusalRetryCap passed (someone's may be gone): a
+// Warning event says either, once.
 func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob) error {
 	elastic := framework.Elastic(tj)
 	if elastic == nil {
@@ -226,12 +227,16 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 		return nil
 	}
 	if apierrors.IsNotFound(err) {
+		if held, ok := r.autoscalerHeld.load(tj); ok && held.generation == tj.Generation && time.Since(held.at) < refusalRetryCap {
+			return nil // Refused, or someone else's, for this TrainJob as it is: not asked again yet.
+		}
 		hpa = r.autoscaler(tj, elastic, nil)
 		switch err = r.client.Create(ctx, hpa, client.FieldOwner(fieldManager(r.framework))); {
 		case apierrors.IsAlreadyExists(err):
 			// One the cache does not hold: someone else's, or the operator's stripped of its label.
 			err = r.apiReader.Get(ctx, key, hpa)
 		case permanent(err):
+			r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
 			r.warnOnce(tj, trainer.TrainJobAutoscalerRefusedReason, "Autoscale", autoscalerRefused(err))
 			return nil
 		default:
@@ -245,6 +250,7 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 		return err
 	case !metav1.IsControlledBy(hpa, tj):
 		if want {
+			r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
 			r.warnOnce(tj, trainer.TrainJobObjectNotOwnedReason, "Autoscale", fmt.Sprintf("%v; the TrainJob is not autoscaled",
 				error(&notOursError{kind: "HorizontalPodAutoscaler", name: hpa.Name})))
 		}
@@ -256,17 +262,29 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 	}
 	wanted := r.autoscaler(tj, elastic, hpa)
 	if apiequality.Semantic.DeepEqual(hpa.Spec, wanted.Spec) && hpa.Labels[trainer.TrainJobNameLabel] == tj.Name {
+		r.autoscalerHeld.delete(tj)
+		return nil
+	}
+	if held, ok := r.autoscalerHeld.load(tj); ok && held.generation == tj.Generation && time.Since(held.at) < refusalRetryCap {
 		return nil
 	}
 	switch err := r.client.Update(ctx, wanted, client.FieldOwner(fieldManager(r.framework))); {
 	case apierrors.IsConflict(err):
 		return nil // Changed meanwhile: its change queues the TrainJob again.
 	case permanent(err):
+		r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
 		r.warnOnce(tj, trainer.TrainJobAutoscalerRefusedReason, "Autoscale", autoscalerRefused(err))
 		return nil
 	default:
 		return err
 	}
+}
+
+// heldAutoscaler is an autoscaler not written, refused or someone else's, for a TrainJob of that
+// generation (its runtime's part, the snapshot, never changes), at that time.
+type heldAutoscaler struct {
+	generation int64
+	at         time.Time
 }
 
 // autoscaler is the TrainJob's autoscaler as the operator wants it: a new one, or the one it has

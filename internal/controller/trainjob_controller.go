@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -69,6 +70,8 @@ type TrainJobReconciler struct {
 	// refusedBuilds counts the TrainJob's children the API server refused in a row, for the
 	// back-off of their next write (refusalBackoff).
 	refusedBuilds memo[int]
+	// autoscalerHeld is the autoscaler not written, refused or someone else's (autoscale).
+	autoscalerHeld memo[heldAutoscaler]
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -84,9 +87,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	tj, err := managedTrainJob(ctx, r.client, req)
 	if tj == nil {
 		if err == nil { // Gone, going, or another controller's now.
-			r.refusals.forget(req.NamespacedName)
-			r.warned.forget(req.NamespacedName)
-			r.refusedBuilds.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
@@ -117,6 +118,14 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		err = r.recordSize(ctx, tj)
 	}
 	return result, err
+}
+
+// forget drops what the reconciler keeps of the TrainJob of that name (memo).
+func (r *TrainJobReconciler) forget(key types.NamespacedName) {
+	r.refusals.forget(key)
+	r.warned.forget(key)
+	r.refusedBuilds.forget(key)
+	r.autoscalerHeld.forget(key)
 }
 
 // followFinished keeps a finished TrainJob's jobsStatus and READY in step with its JobSet, whose

@@ -5,6 +5,8 @@ package webhook
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -383,4 +386,57 @@ func TestAQueuedElasticTrainJobWithoutNumNodesGetsOne(t *testing.T) {
 	err := scale(early, 2)
 	require.Error(t, err, "a queued TrainJob was resized while it runs")
 	assert.Contains(t, err.Error(), "admitted by Kueue")
+}
+
+// TestSomeoneElsesAutoscalerIsNotAskedForAtEachReconcile: an unlabelled autoscaler of the
+// TrainJob's name, someone else's, is told once (ObjectNotOwned) and never touched; the TrainJob's
+// reconciles that follow (its labels edited) do not try to create its own again: the API server
+// sees no more creates of it until the TrainJob changes.
+func TestSomeoneElsesAutoscalerIsNotAskedForAtEachReconcile(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	theirs := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "crowded", Namespace: ns},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{MaxReplicas: 2, ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
+			APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}},
+	}
+	require.NoError(t, k8sClient.Create(ctx, theirs))
+	tj, key := runningElastic(t, ns, "crowded", cpuTarget)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Warning/ObjectNotOwned")
+	}, polling.Timeout, polling.Interval)
+
+	before := hpaCreatesRefused(t)
+	for i := range 5 { // Each change of its JobSet reconciles the TrainJob.
+		js := &jobsetv1alpha2.JobSet{}
+		require.NoError(t, k8sClient.Get(ctx, key, js))
+		metav1.SetMetaDataLabel(&js.ObjectMeta, "touched", fmt.Sprint(i))
+		require.NoError(t, k8sClient.Update(ctx, js))
+		time.Sleep(200 * time.Millisecond)
+	}
+	assert.Equal(t, before, hpaCreatesRefused(t), "the TrainJob's autoscaler was asked for again at each reconcile")
+	got := &autoscalingv2.HorizontalPodAutoscaler{}
+	require.NoError(t, k8sClient.Get(ctx, key, got))
+	assert.Equal(t, theirs.Spec, got.Spec, "someone else's autoscaler was changed")
+}
+
+// hpaCreatesRefused is how many creates of a HorizontalPodAutoscaler the API server answered
+// with a conflict (the name taken), from its metrics.
+func hpaCreatesRefused(t *testing.T) int {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(restCfg)
+	require.NoError(t, err)
+	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(t, err)
+	total := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `resource="horizontalpodautoscalers"`) &&
+			strings.Contains(line, `verb="POST"`) && strings.Contains(line, `code="409"`) {
+			fields := strings.Fields(line)
+			n, err := strconv.Atoi(fields[len(fields)-1])
+			require.NoError(t, err)
+			total += n
+		}
+	}
+	return total
 }
