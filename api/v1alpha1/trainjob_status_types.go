@@ -196,15 +196,16 @@ type TrainJobStatus struct {
 	// +kubebuilder:validation:MaxLength=24
 	Ready string `json:"ready,omitempty"`
 
-	// Nodes is the size of the trainer job of the TrainJob's JobSet: the number of training nodes
-	// it runs, or will run once resumed. An elastic TrainJob's follows spec.trainer.numNodes once
+	// Nodes is the number of training nodes the TrainJob's JobSet runs, or will run once resumed:
+	// its trainer job's pods, or for MPI its node job's (and the launcher's when it runs as a
+	// node). An elastic TrainJob's follows spec.trainer.numNodes once
 	// the operator resized its JobSet (the scale subresource's status replicas).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Nodes int32 `json:"nodes,omitempty"`
 
-	// Selector selects the pods of the trainer job, as a label selector string: the pods an
-	// autoscaler reads the metrics of (the scale subresource's selector).
+	// Selector selects the pods of the training nodes (those Nodes counts), as a label selector
+	// string: the pods an autoscaler reads the metrics of (the scale subresource's selector).
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Selector string `json:"selector,omitempty"`

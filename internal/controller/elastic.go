@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -41,8 +42,25 @@ func trainerSize(js *jobsetv1alpha2.JobSet) (name string, nodes int32, ok bool) 
 }
 
 // setScaleStatus sets status.nodes and status.selector from the JobSet: what the scale
-// subresource reads.
+// subresource reads. The nodes are the trainer job's pods, or those of the jobs the JobSet names
+// as its nodes (MPI's node job, not its launcher).
 func setScaleStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
+	if jobs := js.Annotations[framework.NodeJobsAnnotation]; jobs != "" {
+		names := strings.Split(jobs, ",")
+		var nodes int32
+		for job, size := range recordedSizes(js) {
+			if slices.Contains(names, job) {
+				nodes += size.replicas * size.perJob
+			}
+		}
+		tj.Status.Nodes = nodes
+		selector := labels.SelectorFromSet(labels.Set{jobsetv1alpha2.JobSetNameKey: tj.Name})
+		if in, err := labels.NewRequirement(jobsetv1alpha2.ReplicatedJobNameKey, selection.In, names); err == nil {
+			selector = selector.Add(*in)
+		}
+		tj.Status.Selector = selector.String()
+		return
+	}
 	name, nodes, ok := trainerSize(js)
 	if !ok {
 		return

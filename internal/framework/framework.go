@@ -95,6 +95,11 @@ type Draft struct {
 	// to it before Apply runs.
 	NumNodes int32
 
+	// NodeJobs name the replicated jobs whose pods are the training's nodes, when they are not
+	// the trainer job's alone: MPI's node job (and its launcher, the trainer job, when it runs
+	// as a node). status.nodes and status.selector count and select them.
+	NodeJobs []string
+
 	// Create are children created before the JobSet is created, such as MPI's SSH key Secret
 	// and hostfile ConfigMap, and never read. A ConfigMap is written again when its JobSet is
 	// created again.

@@ -192,6 +192,10 @@ func TrainingPods(js *jobsetv1alpha2.JobSet) string {
 // pods are the training's nodes, which a resize grows or shrinks and an autoscaler reads.
 const TrainerJobAnnotation = "trainer.kubeflow.org/trainer-job"
 
+// NodeJobsAnnotation on a TrainJob's JobSet names, comma-separated, the replicated jobs whose pods
+// are the training's nodes when they are not its trainer job's alone (Draft.NodeJobs): MPI's.
+const NodeJobsAnnotation = "trainer.kubeflow.org/node-jobs"
+
 // TrainerJobName is the name of a JobSet's trainer job: its replicated job labelled as the
 // trainer's ancestor step; empty when it has none.
 func TrainerJobName(js *jobsetv1alpha2.JobSet) string {

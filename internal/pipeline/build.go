@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -98,6 +99,9 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	podGroup, err := gang.PodGroup(b)
 	if err != nil {
 		return nil, err
+	}
+	if len(b.NodeJobs) > 0 {
+		metav1.SetMetaDataAnnotation(&b.JobSet.ObjectMeta, framework.NodeJobsAnnotation, strings.Join(b.NodeJobs, ","))
 	}
 	js, err := toApplyConfiguration(tj, b.JobSet, rt.Spec.MLPolicy)
 	if err != nil {

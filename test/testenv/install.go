@@ -142,13 +142,14 @@ func (in *Installed) apply(ctx context.Context, helmVerb string, rel Release) er
 		if err := os.WriteFile(filepath.Join(dir, "values.json"), values, 0o600); err != nil {
 			return err
 		}
-		// helm installs crds/ when they are missing, and never again: the user applies them.
+		// helm installs crds/ when they are missing, and never again: the user applies them,
+		// taking their fields from helm, which created them (--force-conflicts).
 		crds, err := readCRDs(rel)
 		if err != nil {
 			return err
 		}
 		if helmVerb == "upgrade" {
-			if err := apply(ctx, in.cluster.Client, crds); err != nil {
+			if err := Apply(ctx, in.cluster.Client, "kubectl", crds...); err != nil {
 				return err
 			}
 		}

@@ -99,6 +99,11 @@ func (mpi) Apply(b *framework.Draft) error {
 
 	b.SetNodes(1)
 	nodeJob.Template.Spec.Parallelism, nodeJob.Template.Spec.Completions = ptr.To(nodePods), ptr.To(nodePods)
+	// The nodes are the node job's pods, and the launcher when it is one; it is the trainer job.
+	b.NodeJobs = []string{NodeJob}
+	if launcherAsNode {
+		b.NodeJobs = []string{launcher.Name, NodeJob}
+	}
 	if err := applyResources(b, node, launcherAsNode); err != nil {
 		return err
 	}

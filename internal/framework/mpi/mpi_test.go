@@ -81,7 +81,17 @@ func wantJobSet(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec, nodePods i
 			}
 		}).
 		PodSpec("node", func(s *corev1.PodSpec) { s.Volumes = append(s.Volumes, sshVolume) }).
-		Container("node", "node", func(c *corev1.Container) { c.VolumeMounts = append(c.VolumeMounts, sshMount) })
+		Container("node", "node", func(c *corev1.Container) { c.VolumeMounts = append(c.VolumeMounts, sshMount) }).
+		Annotations(map[string]string{framework.NodeJobsAnnotation: nodeJobs(rt)})
+}
+
+// nodeJobs are the jobs whose pods are the training's nodes: the node job's, and the launcher's
+// when it runs as a node.
+func nodeJobs(rt trainer.TrainingRuntimeSpec) string {
+	if ptr.Deref(rt.MLPolicy.MPI.RunLauncherAsNode, false) {
+		return "launcher,node"
+	}
+	return "node"
 }
 
 // slotsOf is the slots per node: the TrainJob's numProcPerNode, else the runtime's, else 1; and
