@@ -308,10 +308,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			}
 		}
 		// The children beside the JobSet first, so that its pods find what they mount; they are
-		// created with the JobSet, and again only when it is created again.
-		if js == nil {
-			err = r.createChildren(ctx, tj, children)
-		}
+		// written each time the JobSet is built, whose size or processes they follow (MPI's
+		// hostfile, Flux's scripts); unchanged, they are not written again.
+		err = r.createChildren(ctx, tj, children)
 		if err == nil {
 			err = r.writeJobSet(ctx, tj, children, js)
 		}

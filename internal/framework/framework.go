@@ -101,8 +101,8 @@ type Draft struct {
 	NodeJobs []string
 
 	// Create are children created before the JobSet is created, such as MPI's SSH key Secret
-	// and hostfile ConfigMap, and never read. A ConfigMap is written again when its JobSet is
-	// created again.
+	// and hostfile ConfigMap, and never read. A ConfigMap is written again each time its JobSet
+	// is built (a Secret never is).
 	Create []client.Object
 
 	trainerJob, trainerContainer int

@@ -190,6 +190,23 @@ func TestMPIRuntime(t *testing.T) {
 	hostfileAfter := &corev1.ConfigMap{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(hostfile), hostfileAfter))
 	assert.Equal(t, hostfile.ResourceVersion, hostfileAfter.ResourceVersion, "an unchanged hostfile was rewritten")
+
+	// Resized while suspended: the rebuilt JobSet's 4 node pods are the hostfile's 4 lines, with
+	// the slots asked for now.
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) {
+		tj.Spec.Trainer.NumNodes = ptr.To[int32](4)
+		tj.Spec.Trainer.NumProcPerNode = ptr.To(intstr.FromString("3"))
+	})
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		for _, rj := range js.Spec.ReplicatedJobs {
+			if rj.Name == "node" {
+				assert.Equal(c, ptr.To[int32](4), rj.Template.Spec.Parallelism)
+			}
+		}
+	})
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(hostfile), hostfileAfter))
+	assert.Equal(t, "pi-node-0-0.pi slots=3\npi-node-0-1.pi slots=3\npi-node-0-2.pi slots=3\npi-node-0-3.pi slots=3\n", hostfileAfter.Data["hostfile"],
+		"the hostfile of the rebuilt JobSet")
 }
 
 // TestFluxRuntime runs a TrainJob of the shipped flux-distributed runtime: its node pods install
@@ -264,6 +281,15 @@ func TestFluxRuntime(t *testing.T) {
 	scriptsAfter := &corev1.ConfigMap{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(scripts), scriptsAfter))
 	assert.Equal(t, scripts.ResourceVersion, scriptsAfter.ResourceVersion, "unchanged scripts were rewritten")
+
+	// Resized while suspended: the rebuilt JobSet's scripts run on its 3 nodes.
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer.NumNodes = ptr.To[int32](3) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To[int32](3), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	})
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(scripts), scriptsAfter))
+	assert.Contains(t, scriptsAfter.Data["init.sh"], `echo "lmp-node-0-[0-2]" > ${configroot}/etc/flux/system/hostlist`)
+	assert.Contains(t, scriptsAfter.Data["entrypoint.sh"], `flags="-N 3 -n 3"`)
 }
 
 func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
