@@ -167,7 +167,7 @@ plugin-dist: ## Build the plugin's release archives (Linux, macOS, Windows) and 
 # LATE_MAKE: with $(MAKE) itself in the recipe, make would run the line even under -n.
 LATE_MAKE = $(MAKE)
 .PHONY: run
-run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-assets) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
+run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-essential) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(LATE_MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
 
 # INSTALL: how make run-installed installs the operator, kustomize (config/default) or helm.
@@ -200,7 +200,8 @@ include hack/tools.mk
 # the makes it runs (chart-files, the late build of Kueue and metrics-server).
 ifeq ($(origin BUILD_PLAN),undefined)
 RUN_PROGRAMS := $(LOCALBIN)/manager $(LOCALBIN)/localcluster $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION) \
-	$(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION) $(CLUSTER_ESSENTIAL) $(CLUSTER_LATE)
+	$(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION) $(CLUSTER_ESSENTIAL) $(CLUSTER_LATE) \
+	$(if $(findstring -real-node,$(CLUSTER_ARGS)),$(KUBELET) $(KUBE_PROXY) $(COREDNS))
 BUILD_PLAN := $(if $(filter run,$(MAKECMDGOALS)),$(notdir $(filter-out $(wildcard $(RUN_PROGRAMS)),$(RUN_PROGRAMS))))
 endif
 export BUILD_PLAN

@@ -108,8 +108,9 @@ localcluster-assets: cluster-essential $(CLUSTER_LATE) ## Build every program of
 kubelet: $(KUBELET) ## Build kubelet (the local cluster's real node).
 kube-proxy: $(KUBE_PROXY) ## Build kube-proxy (the local cluster's real node: Service addresses).
 coredns: $(COREDNS) ## Build CoreDNS (the local cluster's DNS with a real node).
-realnode-assets: localcluster-assets realnode-deps $(KUBELET) $(KUBE_PROXY) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node, make test-e2e).
-.PHONY: kubelet kube-proxy coredns realnode-assets realnode-deps images
+realnode-essential: realnode-deps $(KUBELET) $(KUBE_PROXY) $(COREDNS) images ## Install and build what the local cluster's real node needs (make run CLUSTER_ARGS=-real-node: Kueue and metrics-server join later).
+realnode-assets: localcluster-assets realnode-essential ## Every program of the local cluster and its real node (make test-e2e, make run-installed).
+.PHONY: kubelet kube-proxy coredns realnode-essential realnode-assets realnode-deps images
 
 ## The real node's programs from Debian's packages: containerd, runc, the CNI plugins.
 realnode-deps: ## Install containerd, runc, the CNI plugins and the console tests' headless Chromium from Debian's packages when missing (needs root).
