@@ -21,6 +21,10 @@ const (
 	// maxHistory is how many progress reports the console keeps per TrainJob for its charts:
 	// a report a minute for more than a day.
 	maxHistory = 2000
+	// maxPoints bounds the reports kept for all TrainJobs together (a few MB), whatever the
+	// scope: past it, the histories of finished TrainJobs go first, the one reported last
+	// longest ago first, then every other point of the longest history.
+	maxPoints = 50000
 	// subscriberBuffer is how many updates a browser may lag behind before it is dropped (its
 	// EventSource connects again and gets a fresh snapshot).
 	subscriberBuffer = 1024
@@ -103,6 +107,8 @@ type tracked struct {
 type hub struct {
 	mu   sync.Mutex
 	jobs map[string]*tracked
+	// points counts the reports kept in every TrainJob's history.
+	points int
 	subs map[chan []byte]struct{}
 	// problem is why the console cannot list or watch TrainJobs now, if it cannot.
 	problem string
@@ -160,7 +166,7 @@ func (h *hub) listed(all []trainer.TrainJob) {
 	}
 	for key := range h.jobs {
 		if !seen[key] {
-			delete(h.jobs, key)
+			h.forget(key)
 		}
 	}
 	h.broadcast("snapshot", h.snapshotLocked())
@@ -171,7 +177,7 @@ func (h *hub) changed(typ watch.EventType, tj *trainer.TrainJob) {
 	defer h.mu.Unlock()
 	if typ == watch.Deleted {
 		key := tj.Namespace + "/" + tj.Name
-		delete(h.jobs, key)
+		h.forget(key)
 		h.broadcast("delete", map[string]string{"key": key})
 		return
 	}
@@ -195,8 +201,13 @@ func (h *hub) observe(tj *trainer.TrainJob) string {
 			p.Metrics[m.Name] = m.Value
 		}
 		t.history = append(t.history, p)
+		h.points++
 		if len(t.history) > maxHistory {
+			h.points -= len(t.history) - maxHistory
 			t.history = slices.Delete(t.history, 0, len(t.history)-maxHistory)
+		}
+		if h.points > maxPoints {
+			h.shed()
 		}
 	}
 	// The states it goes through while the console watches; the one it was in when the console
@@ -211,6 +222,56 @@ func (h *hub) observe(tj *trainer.TrainJob) string {
 		}
 	}
 	return s.Key
+}
+
+// forget drops a TrainJob and its reports. The caller holds mu.
+func (h *hub) forget(key string) {
+	if t, ok := h.jobs[key]; ok {
+		h.points -= len(t.history)
+		delete(h.jobs, key)
+	}
+}
+
+// shed drops reports until a tenth of maxPoints is free: the histories of finished TrainJobs,
+// the one reported last longest ago first, then every other point of the longest history, so
+// that running TrainJobs keep their whole chart, only coarser. The caller holds mu.
+func (h *hub) shed() {
+	goal := maxPoints * 9 / 10
+	var finished []*tracked
+	for _, t := range h.jobs {
+		if t.summary.Finished && len(t.history) > 0 {
+			finished = append(finished, t)
+		}
+	}
+	slices.SortFunc(finished, func(a, b *tracked) int {
+		return a.history[len(a.history)-1].Time.Compare(b.history[len(b.history)-1].Time)
+	})
+	for _, t := range finished {
+		if h.points <= goal {
+			return
+		}
+		h.points -= len(t.history)
+		t.history = nil
+	}
+	for h.points > goal {
+		var longest *tracked
+		for _, t := range h.jobs {
+			if longest == nil || len(t.history) > len(longest.history) {
+				longest = t
+			}
+		}
+		if len(longest.history) <= 2 {
+			return // A point or two each: bounded by the TrainJobs themselves.
+		}
+		kept := longest.history[:0]
+		for i, p := range longest.history {
+			if i%2 == 1 || i == len(longest.history)-1 {
+				kept = append(kept, p)
+			}
+		}
+		h.points -= len(longest.history) - len(kept)
+		longest.history = slices.Clip(kept)
+	}
 }
 
 // snapshotLocked is every TrainJob's summary, by namespace and name.

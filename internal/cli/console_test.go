@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -132,4 +133,47 @@ func TestOpenBrowserKeepsTheTokenOffCommandLines(t *testing.T) {
 	page, err := os.ReadFile(given)
 	require.NoError(t, err)
 	assert.Contains(t, string(page), `content="0;url=`+url+`"`)
+}
+
+// TestTheHubKeepsABoundedNumberOfReports: whatever the scope, the reports the console keeps for
+// its charts stay under maxPoints: finished TrainJobs' histories go first, then running ones
+// become coarser, each keeping its latest report.
+func TestTheHubKeepsABoundedNumberOfReports(t *testing.T) {
+	h := newHub()
+	start := time.Now().Add(-48 * time.Hour)
+	report := func(name string, finished bool, i int) {
+		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: trainer.TrainJobStatus{State: "Running",
+			TrainerStatus: &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](1), LastUpdatedTime: metav1.NewTime(start.Add(time.Duration(i) * time.Second)),
+				Metrics: []trainer.Metric{{Name: "loss", Value: "0.3"}}}}}
+		if finished {
+			tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue}}
+		}
+		h.changed(watch.Modified, tj)
+	}
+	for j := range 5 {
+		for i := range maxHistory {
+			report(fmt.Sprintf("done-%d", j), true, i)
+		}
+	}
+	for j := range 30 {
+		for i := range maxHistory {
+			report(fmt.Sprintf("running-%d", j), false, 100000+i)
+		}
+	}
+	total := 0
+	for key, tracked := range h.jobs {
+		total += len(tracked.history)
+		if strings.HasPrefix(key, "ns/running-") {
+			require.NotEmpty(t, tracked.history, key)
+			assert.Equal(t, start.Add(time.Duration(100000+maxHistory-1)*time.Second), tracked.history[len(tracked.history)-1].Time, "%s lost its latest report", key)
+		} else {
+			assert.Empty(t, tracked.history, "%s, finished, kept its reports over running ones'", key)
+		}
+	}
+	assert.Equal(t, total, h.points)
+	assert.LessOrEqual(t, total, maxPoints)
+	assert.Greater(t, total, maxPoints/2, "far more was dropped than needed")
+	gone := len(h.jobs["ns/running-0"].history)
+	h.changed(watch.Deleted, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "running-0"}})
+	assert.Equal(t, total-gone, h.points, "a deleted TrainJob's reports are still counted")
 }
