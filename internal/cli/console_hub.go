@@ -109,7 +109,7 @@ type hub struct {
 	jobs map[string]*tracked
 	// points counts the reports kept in every TrainJob's history.
 	points int
-	subs map[chan []byte]struct{}
+	subs   map[chan []byte]struct{}
 	// problem is why the console cannot list or watch TrainJobs now, if it cannot.
 	problem string
 }
