@@ -158,10 +158,22 @@ type consoleServer struct {
 	scope string
 	hub   *hub
 	mux   *http.ServeMux
+	// streams holds a slot for each log stream open to the API server, all tabs together.
+	streams chan struct{}
 }
 
+// Bounds of the log streams the console opens to the API server: one for each rank followed.
+const (
+	// maxLogStreams is how many are open at once, all tabs together; a view past it is refused
+	// until another closes.
+	maxLogStreams = 64
+	// maxRanksFollowed is how many ranks a view of every rank follows: the first ones.
+	maxRanksFollowed = 16
+)
+
 func newConsoleServer(c *clients, token string, port int, scope string) *consoleServer {
-	s := &consoleServer{c: c, token: token, port: port, scope: scope, hub: newHub(), mux: http.NewServeMux()}
+	s := &consoleServer{c: c, token: token, port: port, scope: scope, hub: newHub(), mux: http.NewServeMux(),
+		streams: make(chan struct{}, maxLogStreams)}
 	assets, _ := fs.Sub(consoleAssets, "console")
 	s.mux.Handle("GET /", http.FileServerFS(assets))
 	s.mux.HandleFunc("GET /api/stream", s.stream)

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -279,35 +280,60 @@ func (t *tree) readWorkload(ctx context.Context, c *clients) error {
 	return nil
 }
 
-// readEvents reads the events of the TrainJob and of everything shown with it.
+// maxEventObjects bounds the objects whose events describe and the console read, one list each:
+// the TrainJob and its JobSet, gang, Workload and Jobs first, then pods, those not running first.
+const maxEventObjects = 24
+
+// readEvents reads the events of the TrainJob and of everything shown with it, up to
+// maxEventObjects of them: a list of each one's events (a field selector on the involved
+// object), not of every event of the namespace.
 func (t *tree) readEvents(ctx context.Context, c *clients) error {
-	uids := map[types.UID]bool{t.tj.UID: true}
+	uids := []types.UID{t.tj.UID}
 	if t.jobSet != nil {
-		uids[t.jobSet.UID] = true
-	}
-	for _, j := range t.jobs {
-		uids[j.UID] = true
-	}
-	for _, p := range t.pods {
-		uids[p.UID] = true
+		uids = append(uids, t.jobSet.UID)
 	}
 	if t.gang != nil {
-		uids[t.gang.uid] = true
+		uids = append(uids, t.gang.uid)
 	}
 	if t.workload != nil {
-		uids[t.workload.GetUID()] = true
+		uids = append(uids, t.workload.GetUID())
 	}
-	var list corev1.EventList
-	if err := c.List(ctx, &list, client.InNamespace(t.tj.Namespace)); err != nil {
-		return t.note("events", err)
+	for _, j := range t.jobs {
+		uids = append(uids, j.UID)
 	}
-	for _, e := range list.Items {
-		if uids[e.InvolvedObject.UID] {
-			t.events = append(t.events, e)
+	pods := slices.Clone(t.pods)
+	slices.SortStableFunc(pods, func(a, b corev1.Pod) int {
+		return cmp.Compare(podOrder(&a), podOrder(&b))
+	})
+	for _, p := range pods {
+		uids = append(uids, p.UID)
+	}
+	if len(uids) > maxEventObjects {
+		t.notes = append(t.notes, fmt.Sprintf("events: of the first %d of %d objects", maxEventObjects, len(uids)))
+		uids = uids[:maxEventObjects]
+	}
+	for _, uid := range uids {
+		var list corev1.EventList
+		if err := c.List(ctx, &list, client.InNamespace(t.tj.Namespace),
+			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.uid", string(uid))}); err != nil {
+			return t.note("events", err)
 		}
+		t.events = append(t.events, list.Items...)
 	}
 	slices.SortFunc(t.events, func(a, b corev1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
 	return nil
+}
+
+// podOrder puts the pods whose events say most first: pending or failed, then running, then
+// succeeded.
+func podOrder(p *corev1.Pod) int {
+	switch p.Status.Phase {
+	case corev1.PodRunning:
+		return 1
+	case corev1.PodSucceeded:
+		return 2
+	}
+	return 0
 }
 
 // readLogTails reads the last lines of the logs of the failed pods that describe may name,

@@ -33,6 +33,8 @@ type logsOptions struct {
 	tail        int64
 	// lines makes each write one whole line (the console sends each as an event).
 	lines bool
+	// maxRanks, if set, is how many ranks all follows: the first ones (the console's bound).
+	maxRanks int
 }
 
 func newLogsCommand(o *Options) *cobra.Command {
@@ -87,9 +89,14 @@ func (l *logsOptions) runWith(ctx context.Context, c *clients, name string) erro
 		return l.stream(ctx, c, ranks[l.rank], step, "", l.Out)
 	}
 	out := &lockedWriter{w: l.Out}
+	followed := sortedKeys(ranks)
+	if l.maxRanks > 0 && len(followed) > l.maxRanks {
+		fmt.Fprintf(l.ErrOut, "Showing ranks %d to %d of %d: choose a rank for another\n", followed[0], followed[l.maxRanks-1], len(followed))
+		followed = followed[:l.maxRanks]
+	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(ranks))
-	for i, rank := range sortedKeys(ranks) {
+	errs := make([]error, len(followed))
+	for i, rank := range followed {
 		wg.Go(func() { errs[i] = l.stream(ctx, c, ranks[rank], step, fmt.Sprintf("[rank %d] ", rank), out) })
 	}
 	wg.Wait()

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -48,4 +50,32 @@ func TestTheListReadsEachPageApart(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("tj-%04d", i), tj.Name)
 		assert.Equal(t, labels(i), tj.Labels, "TrainJob %s", tj.Name)
 	}
+}
+
+// TestTheEventsReadAreTheTrainJobsOnly: describe and the console read the events of the TrainJob
+// and what was made for it, each by a field selector on its involved object, from a real API
+// server: a namespace's other events are neither listed nor shown.
+func TestTheEventsReadAreTheTrainJobsOnly(t *testing.T) {
+	cluster, err := testenv.Start()
+	require.NoError(t, err)
+	t.Cleanup(cluster.Stop)
+	ctx := context.Background()
+	ns := utiltesting.NewNamespace(t, cluster.Client, "events")
+	tj := utiltesting.MakeTrainJob("mine", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+	require.NoError(t, cluster.Client.Create(ctx, tj))
+	for i, about := range []corev1.ObjectReference{
+		{Kind: "TrainJob", Namespace: ns, Name: "mine", UID: tj.UID},
+		{Kind: "TrainJob", Namespace: ns, Name: "theirs", UID: "their-uid"},
+	} {
+		require.NoError(t, cluster.Client.Create(ctx, &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("e%d", i), Namespace: ns},
+			InvolvedObject: about, Reason: "Told", Message: "about " + about.Name, Type: corev1.EventTypeNormal,
+		}))
+	}
+	c, err := client.NewWithWatch(cluster.Env.Config, client.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	tree := &tree{tj: tj}
+	require.NoError(t, tree.readEvents(ctx, &clients{WithWatch: c, namespace: ns}))
+	require.Len(t, tree.events, 1)
+	assert.Equal(t, "about mine", tree.events[0].Message)
 }

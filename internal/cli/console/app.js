@@ -195,7 +195,8 @@ function refreshDetailSoon() {
 
 async function refreshDetail() {
   const key = state.selected;
-  if (!key) return;
+  // A hidden tab reads nothing: it reads again when shown.
+  if (!key || document.hidden) return;
   const [namespace, name] = key.split('/');
   const resp = await fetch(`api/trainjob?namespace=${encodeURIComponent(namespace)}&name=${encodeURIComponent(name)}`);
   const body = await answer(resp);
@@ -393,6 +394,7 @@ document.addEventListener('DOMContentLoaded', () => {
     const s = state.selected && state.jobs.get(state.selected);
     if (s) renderSummary(s);
   }, 1000);
+  document.addEventListener('visibilitychange', () => { if (!document.hidden) refreshDetail(); });
   connect();
   if (location.hash.length > 1) select(decodeURIComponent(location.hash.slice(1)));
 });
