@@ -69,6 +69,16 @@ func TestTheConsoleAnswersOnlyItsOwnPage(t *testing.T) {
 	bad := do("GET", "/s/s3cret/api/logs?rank=abc", own, nil)
 	assert.Equal(t, http.StatusBadRequest, bad.Code)
 	assert.Contains(t, bad.Body.String(), `rank "abc": a rank is a number from 0, or all`)
+
+	// The log streams of every tab together are bounded: a view of all ranks needs a slot for
+	// each rank it follows, and one past the bound is refused before any stream opens.
+	for range maxLogStreams - maxRanksFollowed + 1 {
+		s.streams <- struct{}{}
+	}
+	busy := do("GET", "/s/s3cret/api/logs?namespace=ns&name=tj&rank=all", own, nil)
+	assert.Equal(t, http.StatusTooManyRequests, busy.Code)
+	assert.Contains(t, busy.Body.String(), "close a log view")
+	assert.Len(t, s.streams, maxLogStreams-maxRanksFollowed+1, "a refused view kept slots")
 }
 
 func TestTheHubSendsASnapshotThenChanges(t *testing.T) {
