@@ -352,7 +352,10 @@ func cniConfig(dir string) string {
 
 // kubeletConfig fits the kubelet to this machine: cgroups v1 with the cgroupfs driver and no
 // per-QoS cgroups or node allocatable enforcement, swap allowed, no evictions for a full disk.
-// Its API (logs, exec) is served on the node's address to anyone: a local cluster's.
+// Its API (logs, exec) is served on the node's address to anyone: a local cluster's. It syncs
+// pods every 10 s rather than every minute, so that a Secret a pod mounts (the operator's
+// certificate, which its rotation writes after the pod started) reaches it in seconds: tests
+// wait less, and nothing they prove depends on how long.
 func kubeletConfig(dir, socket, ip string) string {
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -384,6 +387,7 @@ evictionHard:
   memory.available: "0%"
   nodefs.available: "0%"
   imagefs.available: "0%"
+syncFrequency: 10s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false

@@ -99,7 +99,8 @@ func run(m *testing.M) int {
 }
 
 // Polling limits: the installed operator starts in seconds, but its pods wait for the kubelet to
-// mount the certificate its rotation wrote, which the kubelet syncs within a minute or so.
+// mount the certificate its rotation wrote, which the kubelet syncs within seconds here (its
+// syncFrequency; a minute or so by default).
 var (
 	polling      = utiltesting.Polling{Timeout: 90 * time.Second, Interval: 250 * time.Millisecond}
 	startPolling = utiltesting.Polling{Timeout: 4 * time.Minute, Interval: time.Second}
