@@ -45,8 +45,9 @@ func trainerSize(js *jobsetv1alpha2.JobSet) (name string, nodes int32, ok bool) 
 // subresource reads. The nodes are the trainer job's pods, or those of the jobs the JobSet names
 // as its nodes (MPI's node job, not its launcher).
 func setScaleStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
-	if jobs := js.Annotations[framework.NodeJobsAnnotation]; jobs != "" {
-		names := strings.Split(jobs, ",")
+	// A record that does not parse (someone else's) is none: the trainer job's pods, then.
+	names := strings.Split(js.Annotations[framework.NodeJobsAnnotation], ",")
+	if in, err := labels.NewRequirement(jobsetv1alpha2.ReplicatedJobNameKey, selection.In, names); err == nil && names[0] != "" {
 		var nodes int32
 		for job, size := range recordedSizes(js) {
 			if slices.Contains(names, job) {
@@ -54,11 +55,7 @@ func setScaleStatus(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) {
 			}
 		}
 		tj.Status.Nodes = nodes
-		selector := labels.SelectorFromSet(labels.Set{jobsetv1alpha2.JobSetNameKey: tj.Name})
-		if in, err := labels.NewRequirement(jobsetv1alpha2.ReplicatedJobNameKey, selection.In, names); err == nil {
-			selector = selector.Add(*in)
-		}
-		tj.Status.Selector = selector.String()
+		tj.Status.Selector = labels.SelectorFromSet(labels.Set{jobsetv1alpha2.JobSetNameKey: tj.Name}).Add(*in).String()
 		return
 	}
 	name, nodes, ok := trainerSize(js)

@@ -49,3 +49,28 @@ func TestAnMPITrainJobsNodesAreItsNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestANodeJobsRecordIsTheFrameworks: a TrainJob cannot name its own node jobs through its
+// annotations (they would decide NODES and whose pods an autoscaler reads); a JobSet whose
+// record does not parse counts its trainer job's pods.
+func TestANodeJobsRecordIsTheFrameworks(t *testing.T) {
+	spec := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{}).Obj()
+	rt := &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "torch", Spec: &spec}
+	tj := utiltesting.MakeTrainJob("tj", "ns").RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").NumNodes(2).Obj()
+	tj.Spec.Annotations = map[string]string{framework.NodeJobsAnnotation: "dataset-initializer"}
+	_, err := pipeline.Build(tj, rt, framework.Select(Frameworks(""), spec.MLPolicy))
+	require.ErrorContains(t, err, "spec.annotations[trainer.kubeflow.org/node-jobs]: Forbidden: is set by the operator")
+	// A runtime's template cannot either.
+	tj.Spec.Annotations = nil
+	spec.Template.Annotations = map[string]string{framework.NodeJobsAnnotation: "dataset-initializer"}
+	children, err := pipeline.Build(tj, rt, framework.Select(Frameworks(""), spec.MLPolicy))
+	require.NoError(t, err)
+	assert.NotContains(t, children.JobSet.Annotations, framework.NodeJobsAnnotation, "the runtime named its node jobs")
+
+	js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		framework.TrainingPodsAnnotation: "node=1x2", framework.TrainerJobAnnotation: "node", framework.NodeJobsAnnotation: "bad value!",
+	}}}
+	setScaleStatus(tj, js)
+	assert.Equal(t, int32(2), tj.Status.Nodes)
+	assert.Equal(t, "jobset.sigs.k8s.io/jobset-name=tj,jobset.sigs.k8s.io/replicatedjob-name=node", tj.Status.Selector)
+}

@@ -307,12 +307,20 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				return ctrl.Result{}, err
 			}
 		}
-		// The children beside the JobSet first, so that its pods find what they mount; they are
-		// written each time the JobSet is built, whose size or processes they follow (MPI's
-		// hostfile, Flux's scripts); unchanged, they are not written again.
-		err = r.createChildren(ctx, tj, children)
+		// The children beside the JobSet follow its size and processes (MPI's hostfile, Flux's
+		// scripts): written each time it is built (unchanged, they are not written again).
+		// Before a JobSet that may start pods, so that they find what they mount; after a
+		// rebuild that stays suspended, so that a refused rebuild leaves them as the JobSet it
+		// leaves is.
+		childrenFirst := js == nil || !ptr.Deref(children.JobSet.Spec.Suspend, false)
+		if childrenFirst {
+			err = r.createChildren(ctx, tj, children)
+		}
 		if err == nil {
 			err = r.writeJobSet(ctx, tj, children, js)
+		}
+		if err == nil && !childrenFirst {
+			err = r.createChildren(ctx, tj, children)
 		}
 		switch {
 		case errors.Is(err, errJobSetExists):

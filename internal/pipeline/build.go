@@ -100,6 +100,9 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	if err != nil {
 		return nil, err
 	}
+	// The framework's to say, never the TrainJob's or the runtime's: it decides what NODES and
+	// the scale subresource count.
+	delete(b.JobSet.Annotations, framework.NodeJobsAnnotation)
 	if len(b.NodeJobs) > 0 {
 		metav1.SetMetaDataAnnotation(&b.JobSet.ObjectMeta, framework.NodeJobsAnnotation, strings.Join(b.NodeJobs, ","))
 	}

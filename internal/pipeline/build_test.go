@@ -546,7 +546,7 @@ func TestJobSet(t *testing.T) {
 				o.Spec.Labels = map[string]string{trainer.TrainJobNameLabel: "another"}
 				return o
 			}(),
-			wantErr: "spec.labels[trainer.kubeflow.org/trainjob-name]: Forbidden: is set by the operator, from the runtime's gang policy and the TrainJob's name, and may not be set by hand",
+			wantErr: "spec.labels[trainer.kubeflow.org/trainjob-name]: Forbidden: is set by the operator, from the runtime's policies and the TrainJob's name, and may not be set by hand",
 		},
 		"the runtime's JobSet labels and annotations are kept": {
 			runtime: func() trainer.TrainingRuntimeSpec {

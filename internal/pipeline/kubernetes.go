@@ -58,7 +58,7 @@ func checkKubernetesRules(b *framework.Draft, patches []podPatch) field.ErrorLis
 // operatorKeys are the labels and annotations the operator sets on what it builds, and a
 // TrainJob may not: they place pods in a gang or a KAI queue (another TrainJob's, another team's),
 // or tell the operator's watches which TrainJob a Job is of.
-var operatorKeys = []string{gang.CoschedulingLabel, gang.VolcanoAnnotation, gang.KAIQueueLabel, trainer.TrainJobNameLabel}
+var operatorKeys = []string{gang.CoschedulingLabel, gang.VolcanoAnnotation, gang.KAIQueueLabel, trainer.TrainJobNameLabel, framework.NodeJobsAnnotation}
 
 // metadataErrors checks labels and annotations as the API server checks an object's, at
 // path's labels and annotations, and refuses the operator's own keys.
@@ -74,7 +74,7 @@ func metadataErrors(meta *trainer.MetadataPatch, path *field.Path) field.ErrorLi
 	}{{"labels", meta.Labels}, {"annotations", meta.Annotations}} {
 		for _, key := range operatorKeys {
 			if _, ok := kind.entries[key]; ok {
-				errs = append(errs, field.Forbidden(path.Child(kind.name).Key(key), "is set by the operator, from the runtime's gang policy and the TrainJob's name, and may not be set by hand"))
+				errs = append(errs, field.Forbidden(path.Child(kind.name).Key(key), "is set by the operator, from the runtime's policies and the TrainJob's name, and may not be set by hand"))
 			}
 		}
 	}

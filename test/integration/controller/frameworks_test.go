@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -370,4 +372,49 @@ func TestTorchEnvInjection(t *testing.T) {
 	assert.Subset(t, envOf(container(t, js, "node", "node")), want)
 	assert.Equal(t, want, envOf(container(t, js, "node", "profiler")))
 	assert.Equal(t, want, envOf(container(t, js, "evaluator", "eval")))
+}
+
+// TestARefusedRebuildLeavesTheHostfileAsItsJobSet: a suspended MPI TrainJob resized from 2 to 4
+// nodes while a policy refuses its JobSet's changes keeps the JobSet of 2 and, with it, the
+// hostfile of 2 lines (a user who then undoes the resize and resumes runs 2 nodes against 2
+// hosts); once the policy is lifted, both become 4.
+func TestARefusedRebuildLeavesTheHostfileAsItsJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tj := utiltesting.MakeTrainJob("pi", ns).NumNodes(2).Suspend(true).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"}
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	hostfile := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: ns, Name: "pi-mpi-hostfile"}
+	require.NoError(t, k8sClient.Get(ctx, key, hostfile))
+	twoHosts := hostfile.Data["hostfile"]
+	require.Equal(t, 2, strings.Count(twoHosts, "\n"))
+
+	const reason = "changes frozen"
+	lift := refuse(t, ns, reason, metav1.StatusReasonForbidden, admissionregistrationv1.Rule{APIGroups: []string{jobsetv1alpha2.GroupVersion.Group},
+		APIVersions: []string{jobsetv1alpha2.GroupVersion.Version}, Resources: []string{"jobsets"}},
+		&jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, admissionregistrationv1.Create, admissionregistrationv1.Update)
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer.NumNodes = ptr.To[int32](4) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		cond := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobCreated)
+		if assert.NotNil(c, cond) {
+			assert.Contains(c, cond.Message, reason)
+		}
+	})
+	require.NoError(t, k8sClient.Get(ctx, key, hostfile))
+	assert.Equal(t, twoHosts, hostfile.Data["hostfile"], "the hostfile is the refused JobSet's, not the one running")
+
+	lift()
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		for _, rj := range js.Spec.ReplicatedJobs {
+			if rj.Name == "node" {
+				assert.Equal(c, ptr.To[int32](4), rj.Template.Spec.Parallelism)
+			}
+		}
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, key, hostfile))
+		assert.Equal(c, 4, strings.Count(hostfile.Data["hostfile"], "\n"))
+	}, timeout, interval)
 }

@@ -241,14 +241,15 @@ func TestGangTrainJobThatCannotBeBuiltSaysSo(t *testing.T) {
 // it.
 func refusePodGroups(t *testing.T, ns, message string, operations ...admissionregistrationv1.OperationType) (lift func()) {
 	t.Helper()
-	return refuse(t, ns, message, admissionregistrationv1.Rule{APIGroups: []string{"scheduling.x-k8s.io"}, APIVersions: []string{"v1alpha1"},
+	return refuse(t, ns, message, "", admissionregistrationv1.Rule{APIGroups: []string{"scheduling.x-k8s.io"}, APIVersions: []string{"v1alpha1"},
 		Resources: []string{"podgroups"}}, &schedulerpluginsv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, operations...)
 }
 
 // refuse makes the API server refuse the operations on the resources of rule in namespace ns,
-// with message: a ValidatingAdmissionPolicy. It returns once a dry-run create of probe is refused,
-// and the function that lifts the refusal (the test's end does too).
-func refuse(t *testing.T, ns, message string, rule admissionregistrationv1.Rule, probe client.Object, operations ...admissionregistrationv1.OperationType) (lift func()) {
+// with message and reason (Invalid when empty): a ValidatingAdmissionPolicy. It returns once a
+// dry-run create of probe is refused, and the function that lifts the refusal (the test's end
+// does too).
+func refuse(t *testing.T, ns, message string, reason metav1.StatusReason, rule admissionregistrationv1.Rule, probe client.Object, operations ...admissionregistrationv1.OperationType) (lift func()) {
 	t.Helper()
 	ctx := context.Background()
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
@@ -260,6 +261,9 @@ func refuse(t *testing.T, ns, message string, rule admissionregistrationv1.Rule,
 			}}},
 			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: message}},
 		},
+	}
+	if reason != "" {
+		policy.Spec.Validations[0].Reason = &reason
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},

@@ -526,7 +526,7 @@ func TestARefusalThatClearsIsTriedAgain(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	const reason = "no training on Fridays"
-	lift := refuse(t, ns, reason, admissionregistrationv1.Rule{APIGroups: []string{jobsetv1alpha2.GroupVersion.Group},
+	lift := refuse(t, ns, reason, "", admissionregistrationv1.Rule{APIGroups: []string{jobsetv1alpha2.GroupVersion.Group},
 		APIVersions: []string{jobsetv1alpha2.GroupVersion.Version}, Resources: []string{"jobsets"}},
 		&jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, admissionregistrationv1.Create)
 	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("plain", ns, utiltesting.MakeRuntimeSpec().Obj())))
