@@ -59,6 +59,12 @@ func (o *Options) clients() (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
+	// kubectl's own budget: describe and the console read a TrainJob's objects and their events
+	// in a few dozen small requests, which client-go's default of 5 a second would spread over
+	// seconds.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 300
+	}
 	ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, err

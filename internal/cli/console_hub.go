@@ -107,8 +107,10 @@ type tracked struct {
 type hub struct {
 	mu   sync.Mutex
 	jobs map[string]*tracked
-	// points counts the reports kept in every TrainJob's history.
-	points int
+	// points counts the reports kept in every TrainJob's history; floor is what shed could not
+	// go below (a report each of more TrainJobs than maxPoints), which it tries again only a
+	// tenth of maxPoints later.
+	points, floor int
 	subs   map[chan []byte]struct{}
 	// problem is why the console cannot list or watch TrainJobs now, if it cannot.
 	problem string
@@ -206,7 +208,7 @@ func (h *hub) observe(tj *trainer.TrainJob) string {
 			h.points -= len(t.history) - maxHistory
 			t.history = slices.Delete(t.history, 0, len(t.history)-maxHistory)
 		}
-		if h.points > maxPoints {
+		if h.points > max(maxPoints, h.floor+maxPoints/10) {
 			h.shed()
 		}
 	}
@@ -232,11 +234,12 @@ func (h *hub) forget(key string) {
 	}
 }
 
-// shed drops reports until a tenth of maxPoints is free: the histories of finished TrainJobs,
+// shed drops reports until a tenth of maxPoints is free (or each TrainJob keeps one): the histories of finished TrainJobs,
 // the one reported last longest ago first, then every other point of the longest history, so
 // that running TrainJobs keep their whole chart, only coarser. The caller holds mu.
 func (h *hub) shed() {
 	goal := maxPoints * 9 / 10
+	h.floor = 0
 	var finished []*tracked
 	for _, t := range h.jobs {
 		if t.summary.Finished && len(t.history) > 0 {
@@ -260,8 +263,9 @@ func (h *hub) shed() {
 				longest = t
 			}
 		}
-		if len(longest.history) <= 2 {
-			return // A point or two each: bounded by the TrainJobs themselves.
+		if len(longest.history) <= 1 {
+			h.floor = h.points // A report each: bounded by the TrainJobs themselves.
+			return
 		}
 		kept := longest.history[:0]
 		for i, p := range longest.history {

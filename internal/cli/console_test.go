@@ -187,3 +187,20 @@ func TestTheHubKeepsABoundedNumberOfReports(t *testing.T) {
 	h.changed(watch.Deleted, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "running-0"}})
 	assert.Equal(t, total-gone, h.points, "a deleted TrainJob's reports are still counted")
 }
+
+// TestTheHubShedsDownToAReportEach: with more running TrainJobs than maxPoints, each keeps its
+// latest report and no more, and a report past that does not go over every TrainJob again.
+func TestTheHubShedsDownToAReportEach(t *testing.T) {
+	h := newHub()
+	start := time.Now()
+	for j := range maxPoints + 100 {
+		for i := range 2 {
+			h.changed(watch.Modified, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("tj-%d", j)},
+				Status: trainer.TrainJobStatus{State: "Running", TrainerStatus: &trainer.TrainerStatus{LastUpdatedTime: metav1.NewTime(start.Add(time.Duration(i) * time.Second))}}})
+		}
+	}
+	assert.LessOrEqual(t, h.points, len(h.jobs)+maxPoints/10, "more than a report each")
+	for key, tracked := range h.jobs {
+		require.NotEmpty(t, tracked.history, key)
+	}
+}

@@ -265,7 +265,11 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 		return err
 	case !metav1.IsControlledBy(hpa, tj):
 		if want {
-			r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
+			// One the cache holds (a TrainJob's of this name before) queues this one when it
+			// goes; someone else's does not, and is asked for again only later.
+			if _, cached := hpa.Labels[trainer.TrainJobNameLabel]; !cached {
+				r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
+			}
 			r.warnOnce(tj, trainer.TrainJobObjectNotOwnedReason, "Autoscale", fmt.Sprintf("%v; the TrainJob is not autoscaled",
 				error(&notOursError{kind: "HorizontalPodAutoscaler", name: hpa.Name})))
 		}
