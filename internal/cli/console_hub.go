@@ -111,7 +111,7 @@ type hub struct {
 	// go below (a report each of more TrainJobs than maxPoints), which it tries again only a
 	// tenth of maxPoints later.
 	points, floor int
-	subs   map[chan []byte]struct{}
+	subs          map[chan []byte]struct{}
 	// problem is why the console cannot list or watch TrainJobs now, if it cannot.
 	problem string
 }

@@ -239,6 +239,7 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
 	err := r.client.Get(ctx, key, hpa) // The cache holds those with the operator's label only.
 	if apierrors.IsNotFound(err) && !want {
+		r.autoscalerHeld.delete(tj) // None wanted: nothing to ask for again.
 		return nil
 	}
 	if apierrors.IsNotFound(err) {
@@ -297,6 +298,15 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 	default:
 		return err
 	}
+}
+
+// autoscalerRetry is how long until the TrainJob's held autoscaler is asked for again; zero when
+// none is held.
+func (r *TrainJobReconciler) autoscalerRetry(tj *trainer.TrainJob) time.Duration {
+	if held, ok := r.autoscalerHeld.load(tj); ok && held.generation == tj.Generation {
+		return max(refusalRetryCap-time.Since(held.at), 0) // Past: the reconcile asked already.
+	}
+	return 0
 }
 
 // heldAutoscaler is an autoscaler not written, refused or someone else's, for a TrainJob of that

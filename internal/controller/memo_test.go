@@ -60,3 +60,20 @@ func TestARefusalIsTriedAgainLaterEachTime(t *testing.T) {
 		64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, got)
 	assert.Equal(t, 5*time.Minute, refusalBackoff(1000))
 }
+
+// TestAHeldAutoscalerIsAskedForAgainLater: an autoscaler refused, or whose name someone else's
+// holds, is asked for again 5 minutes later (the reconcile is queued for then), at once when the
+// TrainJob changes, and never once past due.
+func TestAHeldAutoscalerIsAskedForAgainLater(t *testing.T) {
+	r := &TrainJobReconciler{}
+	tj := utiltesting.MakeTrainJob("elastic", "ns").Obj()
+	tj.UID, tj.Generation = "uid", 1
+	assert.Zero(t, r.autoscalerRetry(tj))
+	r.autoscalerHeld.store(tj, heldAutoscaler{generation: 1, at: time.Now()})
+	assert.InDelta(t, refusalRetryCap.Seconds(), r.autoscalerRetry(tj).Seconds(), 1)
+	r.autoscalerHeld.store(tj, heldAutoscaler{generation: 1, at: time.Now().Add(-refusalRetryCap - time.Second)})
+	assert.Zero(t, r.autoscalerRetry(tj), "past due: asked again by the reconcile, not queued at once again and again")
+	tj.Generation = 2
+	r.autoscalerHeld.store(tj, heldAutoscaler{generation: 1, at: time.Now()})
+	assert.Zero(t, r.autoscalerRetry(tj), "the TrainJob changed")
+}

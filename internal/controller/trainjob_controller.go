@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,7 @@ type TrainJobReconciler struct {
 	warned memo[map[string]string]
 	// refusedBuilds counts the TrainJob's children the API server refused in a row, for the
 	// back-off of their next write (refusalBackoff).
-	refusedBuilds memo[int]
+	refusedBuilds memo[refusedBuild]
 	// autoscalerHeld is the autoscaler not written, refused or someone else's (autoscale).
 	autoscalerHeld memo[heldAutoscaler]
 }
@@ -98,6 +99,9 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	result, err := r.reconcile(ctx, tj, before)
 	if err == nil {
 		err = r.autoscale(ctx, tj)
+	}
+	if wait := r.autoscalerRetry(tj); wait > 0 && (result.RequeueAfter == 0 || wait < result.RequeueAfter) {
+		result.RequeueAfter = wait // Someone's autoscaler may be gone by then, or a policy lifted.
 	}
 	recordCreationFailure(r.framework, tj)
 	if left, ok := timeLeft(tj, time.Now()); ok && !tj.Finished() && (result.RequeueAfter == 0 || left < result.RequeueAfter) {
@@ -338,8 +342,13 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			// tried again after a back-off that grows to refusalRetryCap, and at once when the
 			// TrainJob or its runtime changes.
 			refused, _ := r.refusedBuilds.load(tj)
-			r.refusedBuilds.store(tj, refused+1)
-			wait := refusalBackoff(refused)
+			if refused.generation != tj.Generation {
+				refused = refusedBuild{generation: tj.Generation} // Changed: from 2 s again.
+			}
+			wait := refusalBackoff(refused.count)
+			wait += rand.N(wait/10 + 1) // Apart, the TrainJobs refused together.
+			refused.count++
+			r.refusedBuilds.store(tj, refused)
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
 				fmt.Sprintf("%v; tried again with a back-off of up to %s", err, refusalRetryCap))
 			log.Info("The API server refused the TrainJob's children; trying again", "error", err.Error(), "after", wait)
@@ -449,6 +458,12 @@ const (
 	refusalRetryBase = 2 * time.Second
 	refusalRetryCap  = 5 * time.Minute
 )
+
+// refusedBuild counts the refusals in a row of a TrainJob of that generation's children.
+type refusedBuild struct {
+	generation int64
+	count      int
+}
 
 // refusalBackoff is how long to wait before writing again children refused `refused` times
 // before this refusal.
