@@ -183,6 +183,26 @@ func newConsoleServer(c *clients, token string, port int, scope string) *console
 	return s
 }
 
+// takeStreams takes a slot for each of n log streams, all at once or none: the API server serves
+// every tab's streams.
+func (s *consoleServer) takeStreams(n int) (release func(), err error) {
+	for taken := range n {
+		select {
+		case s.streams <- struct{}{}:
+		default:
+			for range taken {
+				<-s.streams
+			}
+			return nil, fmt.Errorf("the console follows %d logs already: close a log view and try again", maxLogStreams)
+		}
+	}
+	return func() {
+		for range n {
+			<-s.streams
+		}
+	}, nil
+}
+
 func (s *consoleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")

@@ -169,9 +169,8 @@ func (s *consoleServer) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	l := &logsOptions{follow: q.Get("follow") == "true", initializer: q.Get("initializer"), tail: -1, lines: true}
-	streams := 1
 	if q.Get("rank") == "all" {
-		l.all, l.maxRanks, streams = true, maxRanksFollowed, maxRanksFollowed
+		l.all, l.maxRanks = true, maxRanksFollowed
 	} else if rank, err := strconv.Atoi(cmp.Or(q.Get("rank"), "0")); err == nil && rank >= 0 {
 		l.rank = rank
 	} else {
@@ -181,24 +180,9 @@ func (s *consoleServer) logs(w http.ResponseWriter, r *http.Request) {
 	if tail, err := strconv.ParseInt(q.Get("tail"), 10, 64); err == nil {
 		l.tail = tail
 	}
-	// A slot for each stream it may open, taken at once or refused: the API server serves every
-	// tab's streams.
-	for taken := range streams {
-		select {
-		case s.streams <- struct{}{}:
-		default:
-			for range taken {
-				<-s.streams
-			}
-			http.Error(w, fmt.Sprintf("the console follows %d logs already: close a log view and try again", maxLogStreams), http.StatusTooManyRequests)
-			return
-		}
-	}
-	defer func() {
-		for range streams {
-			<-s.streams
-		}
-	}()
+	// A slot for each stream it opens, once it knows how many: the API server serves every tab's
+	// streams. A view refused says so as a problem event, which the page shows.
+	l.streams = s.takeStreams
 	w.Header().Set("Content-Type", "text/event-stream")
 	out := &sseLines{w: w, flush: flusher.Flush}
 	l.Options = &Options{}

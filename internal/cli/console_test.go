@@ -70,15 +70,18 @@ func TestTheConsoleAnswersOnlyItsOwnPage(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, bad.Code)
 	assert.Contains(t, bad.Body.String(), `rank "abc": a rank is a number from 0, or all`)
 
-	// The log streams of every tab together are bounded: a view of all ranks needs a slot for
-	// each rank it follows, and one past the bound is refused before any stream opens.
-	for range maxLogStreams - maxRanksFollowed + 1 {
-		s.streams <- struct{}{}
-	}
-	busy := do("GET", "/s/s3cret/api/logs?namespace=ns&name=tj&rank=all", own, nil)
-	assert.Equal(t, http.StatusTooManyRequests, busy.Code)
-	assert.Contains(t, busy.Body.String(), "close a log view")
-	assert.Len(t, s.streams, maxLogStreams-maxRanksFollowed+1, "a refused view kept slots")
+	// The log streams of every tab together are bounded: a view takes a slot for each stream it
+	// opens, all or none, and gives them back when it ends.
+	release, err := s.takeStreams(maxLogStreams - 2)
+	require.NoError(t, err)
+	_, err = s.takeStreams(3)
+	assert.ErrorContains(t, err, "close a log view")
+	assert.Len(t, s.streams, maxLogStreams-2, "a refused view kept slots")
+	two, err := s.takeStreams(2)
+	require.NoError(t, err)
+	two()
+	release()
+	assert.Empty(t, s.streams, "slots not given back")
 }
 
 func TestTheHubSendsASnapshotThenChanges(t *testing.T) {

@@ -35,6 +35,9 @@ type logsOptions struct {
 	lines bool
 	// maxRanks, if set, is how many ranks all follows: the first ones (the console's bound).
 	maxRanks int
+	// streams, if set, takes a slot for each of n log streams before they open (the console's
+	// bound on them all), and returns the function that gives them back, or an error.
+	streams func(n int) (release func(), err error)
 }
 
 func newLogsCommand(o *Options) *cobra.Command {
@@ -85,15 +88,25 @@ func (l *logsOptions) runWith(ctx context.Context, c *clients, name string) erro
 	if err != nil {
 		return err
 	}
-	if !l.all {
-		return l.stream(ctx, c, ranks[l.rank], step, "", l.Out)
+	followed := []int{l.rank}
+	if l.all {
+		followed = sortedKeys(ranks)
 	}
-	out := &lockedWriter{w: l.Out}
-	followed := sortedKeys(ranks)
 	if l.maxRanks > 0 && len(followed) > l.maxRanks {
 		fmt.Fprintf(l.ErrOut, "Showing ranks %d to %d of %d: choose a rank for another\n", followed[0], followed[l.maxRanks-1], len(followed))
 		followed = followed[:l.maxRanks]
 	}
+	if l.streams != nil {
+		release, err := l.streams(len(followed))
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	if !l.all {
+		return l.stream(ctx, c, ranks[l.rank], step, "", l.Out)
+	}
+	out := &lockedWriter{w: l.Out}
 	var wg sync.WaitGroup
 	errs := make([]error, len(followed))
 	for i, rank := range followed {
