@@ -233,7 +233,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		return ctrl.Result{}, err
 	case framework.Select(r.frameworks, rt.Spec.MLPolicy) != r.framework:
 		// The runtime changed framework since the event was queued: the controller of the new
-		// framework, which the runtime's event queued as well, takes the TrainJob.
+		// framework, which the runtime's event queued as well, takes the TrainJob, and this one
+		// forgets it.
+		r.forget(client.ObjectKeyFromObject(tj))
 		return ctrl.Result{}, nil
 	}
 
