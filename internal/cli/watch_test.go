@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,15 +18,41 @@ import (
 	"github.com/trainjob/operator/test/testenv"
 )
 
+var (
+	startAPIServer sync.Once
+	sharedCluster  *testenv.Cluster
+	sharedClient   client.WithWatch
+	sharedErr      error
+)
+
+// apiServer is a real API server for the package's tests, started once (TestMain stops it), and a
+// client of it as the plugin makes one.
+func apiServer(t *testing.T) (*testenv.Cluster, client.WithWatch) {
+	t.Helper()
+	startAPIServer.Do(func() {
+		if sharedCluster, sharedErr = testenv.Start(); sharedErr == nil {
+			sharedClient, sharedErr = client.NewWithWatch(sharedCluster.Env.Config, client.Options{Scheme: testenv.Scheme})
+		}
+	})
+	require.NoError(t, sharedErr)
+	return sharedCluster, sharedClient
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedCluster != nil {
+		sharedCluster.Stop()
+	}
+	os.Exit(code)
+}
+
 // TestTheListReadsEachPageApart lists, from a real API server, more TrainJobs than a page holds,
 // those of the first page labelled unlike those of the second: each is listed once, in order, as
 // it is stored. (A decoder that reuses its target would make the next page's rows overwrite the
 // last's; controller-runtime's client zeroes the target first, and the list decodes each page
 // into a list of its own besides.)
 func TestTheListReadsEachPageApart(t *testing.T) {
-	cluster, err := testenv.Start()
-	require.NoError(t, err)
-	t.Cleanup(cluster.Stop)
+	cluster, c := apiServer(t)
 	ctx := context.Background()
 	ns := utiltesting.NewNamespace(t, cluster.Client, "pages")
 	labels := func(i int) map[string]string {
@@ -39,11 +67,9 @@ func TestTheListReadsEachPageApart(t *testing.T) {
 		tj.Labels = labels(i)
 		require.NoError(t, cluster.Client.Create(ctx, tj))
 	}
-	c, err := client.NewWithWatch(cluster.Env.Config, client.Options{Scheme: testenv.Scheme})
-	require.NoError(t, err)
 	var got []trainer.TrainJob
 	w := trainJobWatcher{listed: func(tjs []trainer.TrainJob) { got = tjs }}
-	_, err = w.list(ctx, &clients{WithWatch: c, namespace: ns}, []client.ListOption{client.InNamespace(ns)})
+	_, err := w.list(ctx, &clients{WithWatch: c, namespace: ns}, []client.ListOption{client.InNamespace(ns)})
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	for i, tj := range got {
@@ -56,9 +82,7 @@ func TestTheListReadsEachPageApart(t *testing.T) {
 // and what was made for it, each by a field selector on its involved object, from a real API
 // server: a namespace's other events are neither listed nor shown.
 func TestTheEventsReadAreTheTrainJobsOnly(t *testing.T) {
-	cluster, err := testenv.Start()
-	require.NoError(t, err)
-	t.Cleanup(cluster.Stop)
+	cluster, c := apiServer(t)
 	ctx := context.Background()
 	ns := utiltesting.NewNamespace(t, cluster.Client, "events")
 	tj := utiltesting.MakeTrainJob("mine", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
@@ -72,8 +96,6 @@ func TestTheEventsReadAreTheTrainJobsOnly(t *testing.T) {
 			InvolvedObject: about, Reason: "Told", Message: "about " + about.Name, Type: corev1.EventTypeNormal,
 		}))
 	}
-	c, err := client.NewWithWatch(cluster.Env.Config, client.Options{Scheme: testenv.Scheme})
-	require.NoError(t, err)
 	tree := &tree{tj: tj}
 	require.NoError(t, tree.readEvents(ctx, &clients{WithWatch: c, namespace: ns}))
 	require.Len(t, tree.events, 1)
