@@ -243,7 +243,7 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 		return nil
 	}
 	if apierrors.IsNotFound(err) {
-		if held, ok := r.autoscalerHeld.load(tj); ok && held.generation == tj.Generation && time.Since(held.at) < refusalRetryCap {
+		if r.autoscalerRetry(tj) > 0 {
 			return nil // Refused, or someone else's, for this TrainJob as it is: not asked again yet.
 		}
 		hpa = r.autoscaler(tj, elastic, nil)
@@ -252,7 +252,7 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 			// One the cache does not hold: someone else's, or the operator's stripped of its label.
 			err = r.apiReader.Get(ctx, key, hpa)
 		case permanent(err):
-			r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
+			r.holdAutoscaler(tj)
 			r.warnOnce(tj, trainer.TrainJobAutoscalerRefusedReason, "Autoscale", autoscalerRefused(err))
 			return nil
 		default:
@@ -269,7 +269,7 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 			// One the cache holds (a TrainJob's of this name before) queues this one when it
 			// goes; someone else's does not, and is asked for again only later.
 			if _, cached := hpa.Labels[trainer.TrainJobNameLabel]; !cached {
-				r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
+				r.holdAutoscaler(tj)
 			}
 			r.warnOnce(tj, trainer.TrainJobObjectNotOwnedReason, "Autoscale", fmt.Sprintf("%v; the TrainJob is not autoscaled",
 				error(&notOursError{kind: "HorizontalPodAutoscaler", name: hpa.Name})))
@@ -285,14 +285,14 @@ func (r *TrainJobReconciler) autoscale(ctx context.Context, tj *trainer.TrainJob
 		r.autoscalerHeld.delete(tj)
 		return nil
 	}
-	if held, ok := r.autoscalerHeld.load(tj); ok && held.generation == tj.Generation && time.Since(held.at) < refusalRetryCap {
+	if r.autoscalerRetry(tj) > 0 {
 		return nil
 	}
 	switch err := r.client.Update(ctx, wanted, client.FieldOwner(fieldManager(r.framework))); {
 	case apierrors.IsConflict(err):
 		return nil // Changed meanwhile: its change queues the TrainJob again.
 	case permanent(err):
-		r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
+		r.holdAutoscaler(tj)
 		r.warnOnce(tj, trainer.TrainJobAutoscalerRefusedReason, "Autoscale", autoscalerRefused(err))
 		return nil
 	default:
@@ -307,6 +307,12 @@ func (r *TrainJobReconciler) autoscalerRetry(tj *trainer.TrainJob) time.Duration
 		return max(refusalRetryCap-time.Since(held.at), 0) // Past: the reconcile asked already.
 	}
 	return 0
+}
+
+// holdAutoscaler remembers that the TrainJob's autoscaler was not written, refused or someone
+// else's: it is asked for again once the TrainJob changes, or after refusalRetryCap.
+func (r *TrainJobReconciler) holdAutoscaler(tj *trainer.TrainJob) {
+	r.autoscalerHeld.store(tj, heldAutoscaler{generation: tj.Generation, at: time.Now()})
 }
 
 // heldAutoscaler is an autoscaler not written, refused or someone else's, for a TrainJob of that

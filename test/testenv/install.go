@@ -184,22 +184,13 @@ patches:
 	if err != nil {
 		return err
 	}
-	if err := apply(ctx, in.cluster.Client, objs); err != nil {
+	// As `kubectl apply --server-side` does: without taking fields another field manager owns (a
+	// conflict is an error, as kubectl's without --force-conflicts).
+	if err := apply(ctx, in.cluster.Client, objs, client.FieldOwner("kubectl")); err != nil {
 		return err
 	}
 	// kubectl apply leaves what a release dropped: Uninstall deletes it too.
 	in.Objects = slices.Concat(in.Objects, objs)
-	return nil
-}
-
-// apply applies the objects as `kubectl apply --server-side` does: without taking fields another
-// field manager owns (a conflict is an error, as kubectl's without --force-conflicts).
-func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
-	for _, obj := range objs {
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj.DeepCopy()), client.FieldOwner("kubectl")); err != nil {
-			return fmt.Errorf("applying %s %q: %w", obj.GetKind(), obj.GetName(), err)
-		}
-	}
 	return nil
 }
 

@@ -55,8 +55,13 @@ func Decode(data []byte) ([]*unstructured.Unstructured, error) {
 // Apply writes objects with server-side apply, as `kubectl apply --server-side` does. The objects
 // are left as they were, so that they can be applied again.
 func Apply(ctx context.Context, c client.Client, fieldOwner string, objs ...*unstructured.Unstructured) error {
+	return apply(ctx, c, objs, client.FieldOwner(fieldOwner), client.ForceOwnership)
+}
+
+// apply applies each object with server-side apply and the options given.
+func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, opts ...client.ApplyOption) error {
 	for _, obj := range objs {
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj.DeepCopy()), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj.DeepCopy()), opts...); err != nil {
 			return fmt.Errorf("applying %s %q: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
