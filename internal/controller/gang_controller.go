@@ -20,6 +20,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -102,7 +104,7 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	switch {
 	case err == nil && !ours(pg, tj):
 		return ctrl.Result{}, notOurs(r.client, pg)
-	case err == nil && framework.Built(pg, tj, rt.Spec.MLPolicy):
+	case err == nil && gang.Built(pg, tj, rt.Spec.MLPolicy):
 		return ctrl.Result{}, nil
 	case err == nil:
 		js := &jobsetv1alpha2.JobSet{}
@@ -115,8 +117,16 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 		return ctrl.Result{}, ignoreNoMatch(err)
 	}
 
-	// Built from the runtime as the TrainJob was first built from it; an unusable snapshot is the
-	// framework controller's to report.
+	// Built from the runtime as the TrainJob was first built from it, or, before its first JobSet,
+	// as the latest try at it copied it (the framework controller copies it before it waits for
+	// the PodGroup, so there is none to build before); an unusable snapshot is the framework
+	// controller's to report.
+	switch recorded := trainingruntime.Recorded(tj); {
+	case recorded != nil:
+		rt = recorded
+	case tj.Status.ObservedGeneration == 0:
+		return ctrl.Result{}, nil // Not copied yet: its record queues the TrainJob.
+	}
 	if rt, err = rt.Load(ctx, r.apiReader, tj); errors.Is(err, trainingruntime.ErrSnapshotUnusable) {
 		return ctrl.Result{}, nil
 	} else if err != nil {
@@ -143,6 +153,22 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Wrote PodGroup", "podGroup", key, "resized", found)
 	return ctrl.Result{}, nil
+}
+
+// snapshotRecorded passes the TrainJob updates that record another copy of its runtime: a
+// PodGroup is built from it.
+func snapshotRecorded() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, ok1 := e.ObjectOld.(*trainer.TrainJob)
+			tj, ok2 := e.ObjectNew.(*trainer.TrainJob)
+			return ok1 && ok2 && tj.Status.RuntimeSnapshot != nil &&
+				(old.Status.RuntimeSnapshot == nil || old.Status.RuntimeSnapshot.Digest != tj.Status.RuntimeSnapshot.Digest)
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // refusedError is a PodGroup write that the API server refused for what it is (a webhook's or a

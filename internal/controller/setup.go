@@ -237,7 +237,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	}
 	g := &GangReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), frameworks: frameworks, reports: reports}
 	owns := ownsTrainJob(g.client, g.ownsRuntime)
-	b := newController(mgr, gangController, owns, g.ownsRuntime, predicate.GenerationChangedPredicate{}, opts)
+	// Its TrainJobs' spec changes, and each copy of the runtime their PodGroup is built from.
+	changes := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, snapshotRecorded())
+	b := newController(mgr, gangController, owns, g.ownsRuntime, changes, opts)
 	// A new PodGroup is the gang controller's own doing, or a restarted manager's listing, which
 	// lists its TrainJobs too: only a PodGroup's change or deletion needs it again.
 	for _, pg := range podGroups {

@@ -497,7 +497,7 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 		return false, nil
 	}
 	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), pg); {
-	case err == nil && ours(pg, tj) && framework.Built(pg, tj, rt.Spec.MLPolicy):
+	case err == nil && ours(pg, tj) && gang.Built(pg, tj, rt.Spec.MLPolicy):
 		return false, nil
 	case err == nil, apierrors.IsNotFound(err):
 		if report, ok := r.gangReports.get(tj); ok {

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -81,6 +82,35 @@ func Stamp(b *framework.Draft) error {
 	return nil
 }
 
+// RuntimeDigestAnnotation on a PodGroup is the digest of the runtime snapshot it was built from
+// (status.runtimeSnapshot.digest; empty for a TrainJob that records none). Until the first JobSet
+// is made, each try at it copies the runtime as it is then: a PodGroup built from an earlier
+// copy has the size of a runtime the JobSet is no longer built from.
+const RuntimeDigestAnnotation = "trainer.kubeflow.org/runtime-digest"
+
+// builtFrom is what a PodGroup records of what it was built from: the TrainJob's spec (Built)
+// and its runtime snapshot.
+func builtFrom(b *framework.Draft) map[string]string {
+	annotations := map[string]string{framework.SpecHashAnnotation: framework.SpecHash(b.TrainJob, b.Runtime.Spec.MLPolicy)}
+	if digest := recordedDigest(b.TrainJob); digest != "" {
+		annotations[RuntimeDigestAnnotation] = digest
+	}
+	return annotations
+}
+
+// Built reports whether a PodGroup was built from the TrainJob's spec as it is now, under a
+// runtime of ML policy p, and from the runtime snapshot its status records.
+func Built(pg metav1.Object, tj *trainer.TrainJob, p *trainer.MLPolicy) bool {
+	return framework.Built(pg, tj, p) && pg.GetAnnotations()[RuntimeDigestAnnotation] == recordedDigest(tj)
+}
+
+func recordedDigest(tj *trainer.TrainJob) string {
+	if tj.Status.RuntimeSnapshot == nil {
+		return ""
+	}
+	return tj.Status.RuntimeSnapshot.Digest
+}
+
 // PodGroup builds the PodGroup of the JobSet built, or returns nil when the policy needs none.
 // Its minMember is every pod of the member jobs and its minResources their summed requests: the
 // scheduler places the gang only when all of it fits.
@@ -94,7 +124,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	if policy.Coscheduling != nil {
 		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
 			WithLabels(b.Labels()).
-			WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
+			WithAnnotations(builtFrom(b)).
 			WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 			WithSpec(schedulerpluginsac.PodGroupSpec().
 				WithMinMember(members).
@@ -124,7 +154,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	}
 	pg := volcanoac.PodGroup(tj.Name, tj.Namespace).
 		WithLabels(b.Labels()).
-		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
+		WithAnnotations(builtFrom(b)).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 		WithSpec(spec)
 	// Volcano's generated apply configurations predate the methods controller-runtime's Apply

@@ -103,13 +103,23 @@ func digest(data []byte) string {
 // it); until then, its runtime as it is now, so that a runtime fixed before the TrainJob could be
 // built from it is the one it is built from.
 func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
-	snap := tj.Status.RuntimeSnapshot
-	if snap == nil || tj.Status.ObservedGeneration == 0 {
+	if tj.Status.RuntimeSnapshot == nil || tj.Status.ObservedGeneration == 0 {
 		return Resolve(ctx, c, tj)
+	}
+	return Recorded(tj), nil
+}
+
+// Recorded is the runtime of the snapshot a TrainJob's status records (its summary: Load reads
+// the whole of it), or nil when it records none. Before the first JobSet is made, it is the
+// latest try's copy.
+func Recorded(tj *trainer.TrainJob) *Runtime {
+	snap := tj.Status.RuntimeSnapshot
+	if snap == nil {
+		return nil
 	}
 	kind, name := Ref(tj)
 	return &Runtime{Kind: kind, Name: name, snapshot: snap,
-		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy}}, nil
+		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy}}
 }
 
 // Snapshotted reports whether the runtime is a TrainJob's snapshot.

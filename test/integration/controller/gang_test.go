@@ -322,6 +322,41 @@ func TestARefusedPodGroupIsReportedAndTriedAgain(t *testing.T) {
 	})
 }
 
+// TestAPodGroupFollowsARuntimeFixedBeforeTheFirstJobSet: a gang's first JobSet is refused (a
+// policy, a quota), and its runtime is fixed meanwhile (4 nodes to 2). The JobSet is built from
+// the fixed runtime, and so is the PodGroup before it: a PodGroup of the old size never lets a
+// gang of 2 schedule.
+func TestAPodGroupFollowsARuntimeFixedBeforeTheFirstJobSet(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}},
+		func(spec *trainer.TrainingRuntimeSpec) { spec.MLPolicy.NumNodes = ptr.To[int32](4) })
+	lift := refuse(t, ns, "no room for 4 nodes", "", admissionregistrationv1.Rule{APIGroups: []string{jobsetv1alpha2.GroupVersion.Group},
+		APIVersions: []string{jobsetv1alpha2.GroupVersion.Version}, Resources: []string{"jobsets"}},
+		&jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}, admissionregistrationv1.Create)
+	tj := utiltesting.MakeTrainJob("fixed", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	pg := &schedulerpluginsv1alpha1.PodGroup{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+		assert.Equal(c, int32(4), pg.Spec.MinMember)
+	}, timeout, interval)
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason)
+	})
+
+	rt := &trainer.TrainingRuntime{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gang"}, rt))
+	rt.Spec.MLPolicy.NumNodes = ptr.To[int32](2)
+	require.NoError(t, k8sClient.Update(ctx, rt))
+	lift()
+	js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	assert.Equal(t, ptr.To[int32](2), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg))
+	assert.Equal(t, int32(2), pg.Spec.MinMember, "the PodGroup kept the size of the runtime before its fix")
+	assert.Equal(t, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}, pg.Spec.MinResources)
+}
+
 // TestAGangIsNeverResumedBeforeItsPodGroupIsResized: a suspended gang TrainJob is resized and
 // resumed (as Kueue does) while its PodGroup cannot be resized yet. Its JobSet stays suspended,
 // with the TrainJob saying why, until the PodGroup has the TrainJob's size: part of a gang never
