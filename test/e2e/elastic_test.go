@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -158,4 +159,51 @@ func TestKueueAdmitsAnElasticTrainJobAtItsSize(t *testing.T) {
 		assert.Equal(c, "2/2", tj.Status.Ready)
 		assert.Equal(c, int32(2), tj.Status.Nodes)
 	})
+}
+
+// TestKueueRunsAnUnlabelledTrainJobOnlyOnceQueued encodes what lets the operator tell a TrainJob
+// queued by Kueue by its queue label alone (no autoscaler, no resize while it runs), even where
+// Kueue manages TrainJobs without one (manageJobsWithoutQueueName): Kueue v0.17 reads a job's
+// queue from that label only, never admits a Workload without one (a TrainJob resumed without
+// it is stopped again), and refuses to change it while the TrainJob runs.
+func TestKueueRunsAnUnlabelledTrainJobOnlyOnceQueued(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	namespace := &corev1.Namespace{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Name: ns}, namespace))
+	namespace.Labels[testenv.KueueManagesUnlabelledLabel] = "true"
+	require.NoError(t, k8sClient.Update(ctx, namespace))
+	kueueQueue(t, ns, 2, "1", "2")
+	job := nodeJob("1")
+	job.Template.Labels = job.Template.Spec.Template.Labels // where Kueue's pod counting looks
+	job.Template.Spec.Template.Labels = nil
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).
+		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)}}).Obj())
+	// Suspended, as Kueue's webhook makes it where it sees TrainJobs without a queue; resumed by
+	// its user, it is stopped again: Kueue holds its Workload, which names no queue, unadmitted.
+	tj := createTrainJob(t, ns, "unlabelled", "elastic", func(w *utiltesting.TrainJobWrapper) { w.Suspend(true) })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, map[string]int64{"node": 2}, workloadPodCounts(c, tj))
+	}, timeout, interval, "Kueue made no Workload for the TrainJob without a queue")
+	out, err := kubectl(t, "patch", "trainjob/unlabelled", "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
+	require.NoError(t, err, out)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, suspended(c, tj)) }, timeout, interval,
+		"Kueue let a TrainJob without a queue run")
+	for range 10 {
+		time.Sleep(interval * 3)
+		assert.True(t, suspended(t, tj), "Kueue resumed a TrainJob without a queue")
+	}
+
+	// Queued, it is admitted and runs; while it runs, Kueue refuses to take its queue away.
+	out, err = kubectl(t, "label", "trainjob/unlabelled", "-n", ns, queueLabel+"=queue")
+	require.NoError(t, err, out)
+	waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) { assert.Equal(c, "2/2", tj.Status.Ready) })
+	out, err = kubectl(t, "label", "trainjob/unlabelled", "-n", ns, queueLabel+"-")
+	require.Error(t, err, "Kueue let a running TrainJob leave its queue")
+	assert.Contains(t, out, queueLabel)
+	assert.Contains(t, out, "field is immutable")
+	out, err = kubectl(t, "scale", "trainjob/unlabelled", "-n", ns, "--replicas", "1")
+	require.Error(t, err)
+	assert.Contains(t, out, `the TrainJob is admitted by Kueue (queue "queue") at 2 nodes`)
 }

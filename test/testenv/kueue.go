@@ -24,22 +24,58 @@ const kueueToolsModule = "hack/tools/kueue"
 // TrainJobs that name a queue, as docs/kueue.md recommends: unscoped, they read every TrainJob
 // with upstream Trainer's types (refusing those they cannot decode) and refuse any change to a
 // TrainJob whose runtime is gone, queued or not.
+// In the namespaces where Kueue manages TrainJobs without a queue (KueueManagesUnlabelledLabel), a
+// copy of each TrainJob webhook sees those too, as in a cluster where Kueue manages them all.
 func kueueWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
 	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: trainer.KueueQueueLabel, Operator: metav1.LabelSelectorOpExists}}}
-	return moduleWebhooks(kueueCRD, "kueue-", func(rules []admissionv1.RuleWithOperations) (bool, *metav1.LabelSelector) {
-		if slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.Resources, "trainjobs") }) {
+	unqueued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: trainer.KueueQueueLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
+	managed := &metav1.LabelSelector{MatchLabels: map[string]string{KueueManagesUnlabelledLabel: "true"}}
+	trainJobs := func(rules []admissionv1.RuleWithOperations) bool {
+		return slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.Resources, "trainjobs") })
+	}
+	mutating, validating, err := moduleWebhooks(kueueCRD, "kueue-", func(rules []admissionv1.RuleWithOperations) (bool, *metav1.LabelSelector) {
+		if trainJobs(rules) {
 			return true, queued
 		}
 		return slices.ContainsFunc(rules, func(r admissionv1.RuleWithOperations) bool { return slices.Contains(r.APIGroups, "kueue.x-k8s.io") }), nil
 	})
+	for _, m := range mutating {
+		for _, w := range m.Webhooks {
+			if trainJobs(w.Rules) {
+				w.Name, w.ObjectSelector, w.NamespaceSelector = "unqueued-"+w.Name, unqueued, managed
+				m.Webhooks = append(m.Webhooks, w)
+			}
+		}
+	}
+	for _, v := range validating {
+		for _, w := range v.Webhooks {
+			if trainJobs(w.Rules) {
+				w.Name, w.ObjectSelector, w.NamespaceSelector = "unqueued-"+w.Name, unqueued, managed
+				v.Webhooks = append(v.Webhooks, w)
+			}
+		}
+	}
+	return mutating, validating, err
 }
 
-// kueueConfig is Kueue's configuration: the TrainJob integration only, and no metrics or health
-// servers (their ports would collide between clusters).
+// KueueManagesUnlabelledLabel on a namespace makes Kueue manage its TrainJobs that name no queue
+// too (Kueue's manageJobsWithoutQueueName, within its managedJobsNamespaceSelector), as a cluster
+// configured so does; elsewhere it manages only those that name one.
+const KueueManagesUnlabelledLabel = "trainjob.test/kueue-manages-unlabelled"
+
+// kueueConfig is Kueue's configuration: the TrainJob integration only, no metrics or health
+// servers (their ports would collide between clusters), and TrainJobs without a queue managed in
+// the namespaces labelled KueueManagesUnlabelledLabel (with the feature gate
+// ManagedJobsNamespaceSelectorAlwaysRespected off, so that those naming a queue are managed in
+// every namespace).
 const kueueConfig = `health:
   healthProbeBindAddress: "0"
 metrics:
   bindAddress: "0"
+manageJobsWithoutQueueName: true
+managedJobsNamespaceSelector:
+  matchLabels:
+    ` + KueueManagesUnlabelledLabel + `: "true"
 integrations:
   frameworks:
   - trainer.kubeflow.org/trainjob
@@ -105,6 +141,6 @@ func (c *Cluster) startKueue(LocalOptions) error {
 		}
 		// The visibility server is an aggregated API that the local cluster does not register.
 		return c.run("kueue", []string{"KUBECONFIG=" + kubeconfig},
-			"--config="+config, "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2")
+			"--config="+config, "--feature-gates=VisibilityOnDemand=false,ManagedJobsNamespaceSelectorAlwaysRespected=false", "--zap-log-level=2")
 	})
 }
