@@ -99,12 +99,16 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // PodGroup is put back if someone deleted it).
 func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, pg client.Object) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(tj)
-	err := r.client.Get(ctx, key, pg)
+	digest, err := rt.Digest()
+	if err != nil {
+		return ctrl.Result{}, nil // The framework controller reports it.
+	}
+	err = r.client.Get(ctx, key, pg)
 	found := err == nil
 	switch {
 	case err == nil && !ours(pg, tj):
 		return ctrl.Result{}, notOurs(r.client, pg)
-	case err == nil && gang.Built(pg, tj, rt.Spec.MLPolicy):
+	case err == nil && gang.Built(pg, tj, rt.Spec.MLPolicy, digest):
 		return ctrl.Result{}, nil
 	case err == nil:
 		js := &jobsetv1alpha2.JobSet{}
@@ -118,15 +122,8 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	}
 
 	// Built from the runtime as the TrainJob was first built from it, or, before its first JobSet,
-	// as the latest try at it copied it (the framework controller copies it before it waits for
-	// the PodGroup, so there is none to build before); an unusable snapshot is the framework
-	// controller's to report.
-	switch recorded := trainingruntime.Recorded(tj); {
-	case recorded != nil:
-		rt = recorded
-	case tj.Status.ObservedGeneration == 0:
-		return ctrl.Result{}, nil // Not copied yet: its record queues the TrainJob.
-	}
+	// as it is now (which the framework controller copies, and builds the JobSet from); an
+	// unusable snapshot is the framework controller's to report.
 	if rt, err = rt.Load(ctx, r.apiReader, tj); errors.Is(err, trainingruntime.ErrSnapshotUnusable) {
 		return ctrl.Result{}, nil
 	} else if err != nil {
@@ -141,6 +138,9 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	annotations := obj.GetAnnotations()
+	annotations[trainingruntime.DigestAnnotation] = digest
+	obj.SetAnnotations(annotations)
 	// Not in the cache: created, never applied blind, so that someone else's PodGroup of the
 	// name, which the cache does not hold, is not taken over. The TrainJob's own is rewritten
 	// only by a patch that proves it the TrainJob's first.
@@ -155,8 +155,9 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	return ctrl.Result{}, nil
 }
 
-// snapshotRecorded passes the TrainJob updates that record another copy of its runtime: a
-// PodGroup is built from it.
+// snapshotRecorded passes the TrainJob updates that record another copy of its runtime than it
+// did: a PodGroup is built from it. (Only a TrainJob whose first status write after its JobSet
+// was lost records the copy after the JobSet is made: Recover.)
 func snapshotRecorded() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {

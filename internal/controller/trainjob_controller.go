@@ -212,7 +212,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	// the end of the grace period fails the TrainJob. With one, the runtime was deleted while in
 	// use: runtimes are blueprints, so the TrainJob goes on as it was built, and can still be
 	// suspended and resumed.
-	rt, err := trainingruntime.ForTrainJob(ctx, r.client, tj)
+	rt, err := r.runtimeOf(ctx, tj, js)
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound) && js != nil:
 		rt = nil
@@ -278,12 +278,18 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, nil
 		}
 		// The TrainJob is built from its runtime as it was when its JobSet was first made: a copy
-		// is kept before anything is built, and the status says so first. Until a JobSet is made
-		// from it, the copy follows the runtime.
+		// is kept before the JobSet is written, which records its digest, and the status write
+		// that says the JobSet is made records it. Until a JobSet is made from it, the copy
+		// follows the runtime.
+		var snapshot *corev1.ConfigMap
+		var recorded *trainer.RuntimeSnapshot
 		if !rt.Snapshotted() {
-			if result, err := r.takeSnapshot(ctx, tj, rt, before); err != nil || !result.IsZero() || tj.Status.RuntimeSnapshot == nil {
-				return result, err
+			snapshot, recorded, err = trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
+			if err != nil {
+				setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
+				return ctrl.Result{}, nil
 			}
+			rt = rt.From(recorded)
 		} else if rt, err = rt.Load(ctx, r.apiReader, tj); errors.Is(err, trainingruntime.ErrSnapshotUnusable) {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason,
 				err.Error()+": the TrainJob cannot be built again as it was; create it anew to build it from the runtime as it is now")
@@ -311,6 +317,13 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		if !suspend {
 			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
 				return ctrl.Result{}, err
+			}
+		}
+		digest, _ := rt.Digest() // A snapshot's: it cannot fail.
+		children.JobSet.WithAnnotations(map[string]string{trainingruntime.DigestAnnotation: digest})
+		if snapshot != nil {
+			if stop, result, err := r.keepSnapshot(ctx, tj, rt, snapshot); stop {
+				return result, err
 			}
 		}
 		// The children beside the JobSet follow its size and processes (MPI's hostfile, Flux's
@@ -360,6 +373,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, fmt.Errorf("writing the children of %s: %w", klog.KObj(tj), err)
 		}
 		built = true
+		if recorded != nil {
+			tj.Status.RuntimeSnapshot = recorded
+		}
 		r.refusedBuilds.delete(tj)
 		log.V(2).Info("Wrote JobSet", "jobSet", klog.KObj(tj), "suspend", suspend)
 		if progressOff != nil {
@@ -476,6 +492,30 @@ func refusalBackoff(refused int) time.Duration {
 	return min(refusalRetryBase<<refused, refusalRetryCap)
 }
 
+// runtimeOf is the runtime the TrainJob runs with (trainingruntime.ForTrainJob). A JobSet made
+// from a copy its status does not record (the operator stopped between the JobSet's write and
+// the status's) has it recorded again from the copy, which must still have the JobSet's digest;
+// one that no longer has it leaves the TrainJob as one built before snapshots.
+func (r *TrainJobReconciler) runtimeOf(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*trainingruntime.Runtime, error) {
+	var digest string
+	if js != nil {
+		digest = js.Annotations[trainingruntime.DigestAnnotation]
+	}
+	if recorded := tj.Status.RuntimeSnapshot; digest == "" || (recorded != nil && recorded.Digest == digest && tj.Status.ObservedGeneration > 0) {
+		return trainingruntime.ForTrainJob(ctx, r.client, tj)
+	}
+	recorded, err := trainingruntime.Recover(ctx, r.apiReader, tj, digest)
+	switch {
+	case errors.Is(err, trainingruntime.ErrSnapshotUnusable):
+		ctrl.LoggerFrom(ctx).Info("The runtime copy the JobSet was built from cannot be recorded", "error", err.Error())
+		return trainingruntime.ForTrainJob(ctx, r.client, tj)
+	case err != nil:
+		return nil, err
+	}
+	tj.Status.RuntimeSnapshot = recorded
+	return trainingruntime.Recorded(tj), nil
+}
+
 // mayHaveRun reports whether the TrainJob's pods may have run: its status last saw its JobSet
 // made and not suspended (state Created or Running), and it is not suspended. Its JobSet is never
 // created again then: a second JobSet would run the training a second time. A suspended
@@ -487,7 +527,8 @@ func mayHaveRun(tj *trainer.TrainJob) bool {
 }
 
 // waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that is not there yet, or
-// was built from an older spec of the TrainJob, or is not the TrainJob's. The gang controller
+// was built from an older spec of the TrainJob or another copy of its runtime than rt, or is not
+// the TrainJob's. The gang controller
 // writes it, and that queues the TrainJob again; what keeps it from writing it (a refusal, a
 // PodGroup of the name that is someone else's), it reports, and the TrainJob says. A PodGroup
 // kind whose CRD is not installed cannot be waited for: the TrainJob is told so.
@@ -496,8 +537,12 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 	if pg == nil {
 		return false, nil
 	}
+	digest, err := rt.Digest()
+	if err != nil {
+		return true, err
+	}
 	switch err := r.client.Get(ctx, client.ObjectKeyFromObject(tj), pg); {
-	case err == nil && ours(pg, tj) && gang.Built(pg, tj, rt.Spec.MLPolicy):
+	case err == nil && ours(pg, tj) && gang.Built(pg, tj, rt.Spec.MLPolicy, digest):
 		return false, nil
 	case err == nil, apierrors.IsNotFound(err):
 		if report, ok := r.gangReports.get(tj); ok {

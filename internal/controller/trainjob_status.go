@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/podfailure"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -103,30 +102,21 @@ func (r *TrainJobReconciler) putStatus(ctx context.Context, tj *trainer.TrainJob
 		Do(ctx).Raw()
 }
 
-// takeSnapshot keeps a copy of the runtime for the TrainJob, in a ConfigMap it owns, and records
-// it in the status, written at once: once a JobSet is made, the TrainJob is built from the copy.
-// Until then each try at the first JobSet keeps the runtime as it is then: a ConfigMap of the name
-// that is the TrainJob's own (an earlier try's) gets it; anyone else's is never touched.
-func (r *TrainJobReconciler) takeSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, before *trainer.TrainJobStatus) (ctrl.Result, error) {
-	cm, snapshot, err := trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
-	if err != nil {
-		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
-		return ctrl.Result{}, nil
-	}
-	if recorded := tj.Status.RuntimeSnapshot; recorded != nil && recorded.Digest == snapshot.Digest {
-		return ctrl.Result{}, nil // Kept already, by an earlier try at the first JobSet.
-	}
+// keepSnapshot writes the copy of the runtime rt the TrainJob is about to be built from in its
+// ConfigMap, cm, before the JobSet that records its digest: each try at the first JobSet keeps
+// the runtime as it is then, in a ConfigMap of the name that is the TrainJob's own (an earlier
+// try's); anyone else's is never touched. It reports whether the build stops here, and why.
+func (r *TrainJobReconciler) keepSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, cm *corev1.ConfigMap) (stop bool, _ ctrl.Result, _ error) {
 	switch err := createChild(ctx, r.client, tj, cm, client.FieldOwner(fieldManager(r.framework))); {
 	case isNotOurs(err):
 		setNotOurs(tj, err)
-		return ctrl.Result{RequeueAfter: notOursRetry}, nil
+		return true, ctrl.Result{RequeueAfter: notOursRetry}, nil
 	case permanent(err):
 		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
 			fmt.Sprintf("Keeping a copy of %s in ConfigMap %q: %v", rt, cm.Name, err))
-		return ctrl.Result{}, nil
+		return true, ctrl.Result{}, nil
 	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("keeping a copy of %s for %s: %w", rt, klog.KObj(tj), err)
+		return true, ctrl.Result{}, fmt.Errorf("keeping a copy of %s for %s: %w", rt, klog.KObj(tj), err)
 	}
-	tj.Status.RuntimeSnapshot = snapshot
-	return r.commit(ctx, tj, before)
+	return false, ctrl.Result{}, nil
 }

@@ -24,6 +24,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
 // What pods carry to join their gang.
@@ -82,33 +83,10 @@ func Stamp(b *framework.Draft) error {
 	return nil
 }
 
-// RuntimeDigestAnnotation on a PodGroup is the digest of the runtime snapshot it was built from
-// (status.runtimeSnapshot.digest; empty for a TrainJob that records none). Until the first JobSet
-// is made, each try at it copies the runtime as it is then: a PodGroup built from an earlier
-// copy has the size of a runtime the JobSet is no longer built from.
-const RuntimeDigestAnnotation = "trainer.kubeflow.org/runtime-digest"
-
-// builtFrom is what a PodGroup records of what it was built from: the TrainJob's spec (Built)
-// and its runtime snapshot.
-func builtFrom(b *framework.Draft) map[string]string {
-	annotations := map[string]string{framework.SpecHashAnnotation: framework.SpecHash(b.TrainJob, b.Runtime.Spec.MLPolicy)}
-	if digest := recordedDigest(b.TrainJob); digest != "" {
-		annotations[RuntimeDigestAnnotation] = digest
-	}
-	return annotations
-}
-
 // Built reports whether a PodGroup was built from the TrainJob's spec as it is now, under a
-// runtime of ML policy p, and from the runtime snapshot its status records.
-func Built(pg metav1.Object, tj *trainer.TrainJob, p *trainer.MLPolicy) bool {
-	return framework.Built(pg, tj, p) && pg.GetAnnotations()[RuntimeDigestAnnotation] == recordedDigest(tj)
-}
-
-func recordedDigest(tj *trainer.TrainJob) string {
-	if tj.Status.RuntimeSnapshot == nil {
-		return ""
-	}
-	return tj.Status.RuntimeSnapshot.Digest
+// runtime of ML policy p, and from the runtime copy of digest d (the one its JobSet is built from).
+func Built(pg metav1.Object, tj *trainer.TrainJob, p *trainer.MLPolicy, d string) bool {
+	return framework.Built(pg, tj, p) && pg.GetAnnotations()[trainingruntime.DigestAnnotation] == d
 }
 
 // PodGroup builds the PodGroup of the JobSet built, or returns nil when the policy needs none.
@@ -124,7 +102,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	if policy.Coscheduling != nil {
 		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
 			WithLabels(b.Labels()).
-			WithAnnotations(builtFrom(b)).
+			WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
 			WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 			WithSpec(schedulerpluginsac.PodGroupSpec().
 				WithMinMember(members).
@@ -154,7 +132,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	}
 	pg := volcanoac.PodGroup(tj.Name, tj.Namespace).
 		WithLabels(b.Labels()).
-		WithAnnotations(builtFrom(b)).
+		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
 		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
 		WithSpec(spec)
 	// Volcano's generated apply configurations predate the methods controller-runtime's Apply

@@ -25,6 +25,9 @@ type Runtime struct {
 	Spec *trainer.TrainingRuntimeSpec
 	// snapshot is the TrainJob's record of the runtime's snapshot when Spec comes from it.
 	snapshot *trainer.RuntimeSnapshot
+	// summary says that Spec holds the policies the record holds only, not the template: Load
+	// reads the rest.
+	summary bool
 }
 
 // String names the runtime as a user would, for messages: `ClusterTrainingRuntime "torch"`.

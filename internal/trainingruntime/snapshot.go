@@ -19,12 +19,19 @@ import (
 
 // A TrainJob is built from its runtime as it was when the TrainJob's JobSet was first made: the
 // runtime's copy, its snapshot, is kept in a ConfigMap the TrainJob owns, named and keyed as upstream
-// Kubeflow Trainer keeps its own (KEP-2599). The TrainJob's status records the copy's digest, and
+// Kubeflow Trainer keeps its own (KEP-2599). The JobSet made from it records the copy's digest
+// (DigestAnnotation), and the status write that says the JobSet is made records the digest and
 // the runtime's framework, gang and stall policies, which the controllers read on every event
-// without reading the copy: the copy is read only to build.
+// without reading the copy: the copy is read only to build, or to record it again when that
+// write was lost (Recover).
 
 // SnapshotKey is the key of the snapshot ConfigMap's data that holds the runtime, as YAML.
 const SnapshotKey = "runtime"
+
+// DigestAnnotation on a TrainJob's JobSet and PodGroup is the digest of the runtime copy they were
+// built from: the JobSet's says which copy the TrainJob runs from before its status says so, and
+// the PodGroup's that it was sized from the copy the JobSet is built from.
+const DigestAnnotation = "trainer.kubeflow.org/runtime-digest"
 
 // ErrSnapshotUnusable is returned, wrapped with the reason, when a TrainJob's snapshot is gone or
 // was changed by someone else: the TrainJob can no longer be built as it was.
@@ -101,7 +108,8 @@ func digest(data []byte) string {
 // ForTrainJob is the runtime a TrainJob runs with: once its JobSet was made from its snapshot,
 // the snapshot's summary (its framework, gang and stall policies, no template: Load reads the whole of
 // it); until then, its runtime as it is now, so that a runtime fixed before the TrainJob could be
-// built from it is the one it is built from.
+// built from it is the one it is built from. (Earlier releases recorded the copy before the
+// first JobSet: such a record, with no JobSet made, is not one yet.)
 func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
 	if tj.Status.RuntimeSnapshot == nil || tj.Status.ObservedGeneration == 0 {
 		return Resolve(ctx, c, tj)
@@ -110,28 +118,80 @@ func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*R
 }
 
 // Recorded is the runtime of the snapshot a TrainJob's status records (its summary: Load reads
-// the whole of it), or nil when it records none. Before the first JobSet is made, it is the
-// latest try's copy.
+// the whole of it), or nil when it records none.
 func Recorded(tj *trainer.TrainJob) *Runtime {
 	snap := tj.Status.RuntimeSnapshot
 	if snap == nil {
 		return nil
 	}
 	kind, name := Ref(tj)
-	return &Runtime{Kind: kind, Name: name, snapshot: snap,
+	return &Runtime{Kind: kind, Name: name, snapshot: snap, summary: true,
 		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy}}
 }
 
 // Snapshotted reports whether the runtime is a TrainJob's snapshot.
 func (r *Runtime) Snapshotted() bool { return r.snapshot != nil }
 
+// Digest is the digest of the runtime's copy: its snapshot's, or the one a snapshot taken now
+// would have.
+func (r *Runtime) Digest() (string, error) {
+	if r.snapshot != nil {
+		return r.snapshot.Digest, nil
+	}
+	data, err := encode(r)
+	if err != nil {
+		return "", err
+	}
+	return digest(data), nil
+}
+
+// From is the runtime as the snapshot just taken of it (Snapshot), to build from: its Digest is the
+// snapshot's.
+func (r *Runtime) From(snapshot *trainer.RuntimeSnapshot) *Runtime {
+	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: r.Spec, snapshot: snapshot}
+}
+
+// Recover is the record of a TrainJob's snapshot of digest d, read from its ConfigMap (through c,
+// past any cache), for a TrainJob whose JobSet was made from it but whose status does not say so
+// (the operator stopped between the two writes).
+func Recover(ctx context.Context, c client.Reader, tj *trainer.TrainJob, d string) (*trainer.RuntimeSnapshot, error) {
+	kind, name := Ref(tj)
+	copied, err := read(ctx, c, tj, &Runtime{Kind: kind, Name: name, snapshot: &trainer.RuntimeSnapshot{ConfigMap: SnapshotName(tj.Name), Digest: d}})
+	if err != nil {
+		return nil, err
+	}
+	return &trainer.RuntimeSnapshot{
+		ConfigMap:      SnapshotName(tj.Name),
+		Digest:         d,
+		MLPolicy:       copied.Spec.MLPolicy,
+		PodGroupPolicy: copied.Spec.PodGroupPolicy,
+		StallPolicy:    copied.Spec.StallPolicy,
+	}, nil
+}
+
 // Load returns the whole runtime, to build from: a snapshot's summary is read in full from its
 // ConfigMap (through c, past any cache), which must match its digest and the TrainJob's
 // runtimeRef.
 func (r *Runtime) Load(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
-	if r.snapshot == nil {
+	if !r.summary {
 		return r, nil
 	}
+	copied, err := read(ctx, c, tj, r)
+	if err != nil {
+		return nil, err
+	}
+	// The policies the status records (which chose the controllers, and say what a stall does)
+	// are the copy's.
+	if !equality.Semantic.DeepEqual(copied.Spec.MLPolicy, r.snapshot.MLPolicy) || !equality.Semantic.DeepEqual(copied.Spec.PodGroupPolicy, r.snapshot.PodGroupPolicy) ||
+		!equality.Semantic.DeepEqual(copied.Spec.StallPolicy, r.snapshot.StallPolicy) {
+		return nil, fmt.Errorf("%w: status.runtimeSnapshot's policies are not those of the copy in ConfigMap %q", ErrSnapshotUnusable, r.snapshot.ConfigMap)
+	}
+	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: &copied.Spec, snapshot: r.snapshot}, nil
+}
+
+// read reads the copy of r's snapshot from its ConfigMap, which must be the TrainJob's, hold r's
+// digest and be a copy of r.
+func read(ctx context.Context, c client.Reader, tj *trainer.TrainJob, r *Runtime) (*snapshotObject, error) {
 	cm := &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: r.snapshot.ConfigMap}, cm)
 	switch {
@@ -151,11 +211,5 @@ func (r *Runtime) Load(ctx context.Context, c client.Reader, tj *trainer.TrainJo
 	if obj.Kind != r.Kind || obj.Metadata.Name != r.Name {
 		return nil, fmt.Errorf("%w: ConfigMap %q holds %s %q, not %s", ErrSnapshotUnusable, r.snapshot.ConfigMap, obj.Kind, obj.Metadata.Name, r)
 	}
-	// The policies the status records (which chose the controllers, and say what a stall does)
-	// are the copy's.
-	if !equality.Semantic.DeepEqual(obj.Spec.MLPolicy, r.snapshot.MLPolicy) || !equality.Semantic.DeepEqual(obj.Spec.PodGroupPolicy, r.snapshot.PodGroupPolicy) ||
-		!equality.Semantic.DeepEqual(obj.Spec.StallPolicy, r.snapshot.StallPolicy) {
-		return nil, fmt.Errorf("%w: status.runtimeSnapshot's policies are not those of the copy in ConfigMap %q", ErrSnapshotUnusable, r.snapshot.ConfigMap)
-	}
-	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: &obj.Spec, snapshot: r.snapshot}, nil
+	return &obj, nil
 }

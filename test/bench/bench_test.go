@@ -4,10 +4,9 @@
 // sides the same), and one of two writers:
 //
 //   - floor: the load generator itself writes what the operator would, per TrainJob: its create,
-//     its runtime's snapshot and the status write that records it before anything is built from
-//     it, its children (the MPI Secret and hostfile, the gang's PodGroup), its JobSet, one more
-//     status write and the event that says the JobSet was created, with as many writers as the
-//     operator has workers. Nothing the API server does for the same result can be less.
+//     its runtime's snapshot, its children (the MPI Secret and hostfile, the gang's PodGroup),
+//     its JobSet, one status write (which records the snapshot and the JobSet) and the event that
+//     says the JobSet was created, with as many writers as the operator has workers. Nothing the API server does for the same result can be less.
 //   - operator: the load generator only creates the TrainJobs; bin/manager, run as its own
 //     program with cmd/main.go's defaults, does the rest.
 //

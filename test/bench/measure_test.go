@@ -283,19 +283,15 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 
 // writeAsTheOperator is the floor's writer: the writes the operator makes for a new TrainJob,
 // and nothing else. It builds them with the operator's own pipeline, from the runtime read once.
-// The runtime's snapshot is kept first, and its digest recorded in the status before anything is
-// built from it, as the operator must (KEP-2599). The event is part of what the user sees
-// (`kubectl describe trainjob`), so it is part of the floor.
+// The runtime's snapshot is kept first, as the operator must (KEP-2599), and recorded in the one
+// status write after the JobSet. The event is part of what the user sees (`kubectl describe
+// trainjob`), so it is part of the floor.
 func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Framework) error {
 	cm, snapshot, err := trainingruntime.Snapshot(tj, rt, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
 	if err != nil {
 		return err
 	}
 	if err := c.Create(ctx, cm); err != nil {
-		return err
-	}
-	tj.Status.RuntimeSnapshot = snapshot
-	if err := c.Status().Update(ctx, tj); err != nil {
 		return err
 	}
 	children, err := pipeline.Build(tj, rt, fw)
@@ -328,6 +324,7 @@ func writeAsTheOperator(ctx context.Context, c client.Client, tj *trainer.TrainJ
 	}
 	// The status the operator writes with upstream's conditions, its default: no condition.
 	message := fmt.Sprintf("JobSet %q is created", tj.Name)
+	tj.Status.RuntimeSnapshot = snapshot
 	tj.Status.State, tj.Status.ObservedGeneration, tj.Status.StartTime = trainer.TrainJobCreated, tj.Generation, ptr.To(tj.CreationTimestamp)
 	if err := c.Status().Update(ctx, tj); err != nil {
 		return err

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +14,10 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/framework"
 	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
 // TestATrainJobIsBuiltFromItsRuntimeAsItWas queues TrainJobs as Kueue does (created suspended),
@@ -91,4 +95,39 @@ func TestASnapshotChangedBySomeoneElseIsNotBuiltFrom(t *testing.T) {
 	js := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), js))
 	assert.Equal(t, before.Generation, js.Generation, "the JobSet was built from a changed snapshot")
+}
+
+// TestASnapshotIsRecordedFromTheJobSetWhenItsStatusWriteWasLost: the operator keeps a runtime's
+// copy and makes the JobSet from it, which records the copy's digest, then stops before the status
+// write that records the copy (one write per TrainJob on the way to its JobSet). The operator
+// records the copy the JobSet was made from, read back from its ConfigMap, not the runtime as it
+// is now, and rewrites neither. (Here the TrainJob waits for its runtime while the test writes
+// what the stopped operator wrote; the runtime, created last, differs from the copy.)
+func TestASnapshotIsRecordedFromTheJobSetWhenItsStatusWriteWasLost(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	withManager(t, controller.Options{MaxConcurrentReconciles: 4, RuntimeGracePeriod: time.Hour})
+	spec := utiltesting.MakeRuntimeSpec().NumNodes(2).Obj()
+	tj := utiltesting.MakeTrainJob("lost", ns).RuntimeRef(trainer.TrainingRuntimeKind, "blueprint").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	copied := &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "blueprint", Spec: &spec}
+	cm, snapshot, err := trainingruntime.Snapshot(tj, copied, map[string]string{trainer.TrainJobNameLabel: tj.Name}, framework.OwnerReference(tj))
+	require.NoError(t, err)
+	require.NoError(t, k8sClient.Create(ctx, cm))
+	js := utiltesting.MakeJobSet(tj, spec).Annotations(map[string]string{trainingruntime.DigestAnnotation: snapshot.Digest}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, js))
+	spec.MLPolicy.NumNodes = ptr.To[int32](5)
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("blueprint", ns, spec)))
+
+	recorded := waitForTrainJob(t, tj, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		assert.Equal(c, snapshot, tj.Status.RuntimeSnapshot)
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+	assert.Equal(t, ptr.To[int32](2), recorded.Status.RuntimeSnapshot.MLPolicy.NumNodes, "the runtime as it is now was recorded")
+	after := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(js), after))
+	assert.Equal(t, js.ResourceVersion, after.ResourceVersion, "the JobSet was rewritten")
+	kept := &corev1.ConfigMap{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(cm), kept))
+	assert.Equal(t, cm.ResourceVersion, kept.ResourceVersion, "the copy was rewritten")
 }
