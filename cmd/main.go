@@ -110,8 +110,11 @@ func main() {
 	flag.DurationVar(&controllerOpts.RuntimeGracePeriod, "runtime-grace-period", controller.DefaultRuntimeGracePeriod,
 		"How long a new TrainJob waits for a missing runtime to appear before it is marked Failed.")
 	controllerOpts.Conditions = controller.UpstreamConditions
+	controllerOpts.Events = controller.AllEvents
 	flag.Var(&controllerOpts.Conditions, "conditions",
 		"Which conditions TrainJobs get: upstream (upstream Kubeflow Trainer's, which its Python SDK reads: Suspended, Complete, Failed, and Created=False while the JobSet cannot be made) or all (also Created=True, Running, and Suspended=False after a resume). status.state is written in both.")
+	flag.Var(&controllerOpts.Events, "events",
+		"Which events the controllers write about TrainJobs: all (every transition: the JobSet made, running, suspended, resumed, finished, resized) or warnings (only what went wrong: refusals, failures, stalls, restarts; a TrainJob that runs well then costs no event write, and its status still says every transition).")
 	flag.StringVar(&progressURL, "progress-url", "",
 		"Base URL the trainers reach the webhook server at, to report progress; empty means https://<webhook-service>.<namespace>.svc.")
 	flag.DurationVar(&progressOpts.Interval, "progress-interval", progress.DefaultInterval,

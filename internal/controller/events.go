@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,8 +40,8 @@ type eventRecorders struct {
 }
 
 // newEventRecorders starts writing events at once, so that none made before the manager starts is
-// lost, and stops when the manager does.
-func newEventRecorders(mgr ctrl.Manager) (*eventRecorders, error) {
+// lost, and stops when the manager does; with warningsOnly, it writes warnings only (--events).
+func newEventRecorders(mgr ctrl.Manager, warningsOnly bool) (*eventRecorders, error) {
 	client, err := eventsv1client.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func newEventRecorders(mgr ctrl.Manager) (*eventRecorders, error) {
 	slots := make(chan struct{}, eventWriters)
 	if _, err := broadcaster.StartEventWatcher(func(obj runtime.Object) {
 		event, ok := obj.(*eventsv1.Event)
-		if !ok {
+		if !ok || (warningsOnly && event.Type != corev1.EventTypeWarning) {
 			return
 		}
 		slots <- struct{}{}

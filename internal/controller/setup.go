@@ -62,6 +62,8 @@ type Options struct {
 	SkipNameValidation bool
 	// Conditions is which conditions TrainJobs get; empty means UpstreamConditions.
 	Conditions ConditionSet
+	// Events is which events the controllers write; empty means AllEvents.
+	Events EventSet
 	// ProgressInterval is the least time between two writes of a TrainJob's progress by the
 	// progress endpoint (its --progress-interval): a stall is counted over at least twice it, the
 	// longest a report may wait to be written. Zero when the manager serves no endpoint.
@@ -93,6 +95,30 @@ func (c *ConditionSet) Set(value string) error {
 }
 
 func (c *ConditionSet) String() string { return string(*c) }
+
+// EventSet is a choice of the events the controllers write about TrainJobs.
+type EventSet string
+
+const (
+	// AllEvents: every transition is told (kubectl describe, kubectl get events), one event
+	// write each: the JobSet made, running, suspended and resumed, finished, resized...
+	AllEvents EventSet = "all"
+	// WarningEvents: only what went wrong (refusals, failures, stalls, restarts): a TrainJob that
+	// runs well costs no event write. Its status says the same.
+	WarningEvents EventSet = "warnings"
+)
+
+// Set parses an EventSet, for a command-line flag.
+func (e *EventSet) Set(value string) error {
+	switch EventSet(value) {
+	case AllEvents, WarningEvents:
+		*e = EventSet(value)
+		return nil
+	}
+	return fmt.Errorf("must be %s or %s", AllEvents, WarningEvents)
+}
+
+func (e *EventSet) String() string { return string(*e) }
 
 // Defaults for a manager that keeps up with thousands of TrainJobs: a TrainJob costs about one
 // JobSet apply and one status write, so the client's rate and the number of TrainJobs reconciled
@@ -143,7 +169,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 			return false
 		}
 	}
-	recorders, err := newEventRecorders(mgr)
+	recorders, err := newEventRecorders(mgr, opts.Events == WarningEvents)
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,26 @@ func TestTrainJobCreatesItsJobSet(t *testing.T) {
 	}, timeout, interval)
 }
 
+// TestWarningEventsOnly: with --events=warnings, a TrainJob that goes well costs no event write
+// (its status says every transition), and one that fails is still told.
+func TestWarningEventsOnly(t *testing.T) {
+	ctx := context.Background()
+	withManager(t, controller.Options{MaxConcurrentReconciles: 4, RuntimeGracePeriod: runtimeGracePeriod, Events: controller.WarningEvents})
+	ns, runtime := setup(t)
+	fine := utiltesting.MakeTrainJob("fine", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, fine))
+	lost := utiltesting.MakeTrainJob("lost", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "missing").Obj()
+	require.NoError(t, k8sClient.Create(ctx, lost))
+
+	waitForTrainJob(t, fine, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason)
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"Warning/" + trainer.TrainJobRuntimeNotFoundReason}, eventReasons(t, lost))
+	}, timeout, interval)
+	assert.Empty(t, eventReasons(t, fine), "a Normal event was written") // Written before the warning, which came seconds later.
+}
+
 func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
 	cases := map[string]struct {
 		state     jobsetv1alpha2.JobSetConditionType
