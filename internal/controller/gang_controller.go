@@ -95,30 +95,43 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 // reconcile writes the TrainJob's PodGroup, pg, if it needs to. The PodGroup is built with the
 // JobSet's rule: from the TrainJob as it is now, while its JobSet is suspended or not there yet,
-// or about to be stopped to be built again (changedUnseen). A running gang is settled (but its
-// PodGroup is put back if someone deleted it).
+// or about to be stopped to be built again (changedUnseen), and from the runtime copy the JobSet
+// is, or will be, built from (podGroupCopy). A running gang whose JobSet was not built from the
+// TrainJob as it is now is settled (but its PodGroup is put back if someone deleted it).
 func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, pg client.Object) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(tj)
-	digest, err := rt.Digest()
-	if err != nil {
-		return ctrl.Result{}, nil // The framework controller reports it.
+	js := &jobsetv1alpha2.JobSet{}
+	if err := r.client.Get(ctx, key, js); apierrors.IsNotFound(err) {
+		js = nil
+	} else if err != nil {
+		return ctrl.Result{}, err
 	}
-	err = r.client.Get(ctx, key, pg)
+	err := r.client.Get(ctx, key, pg)
 	found := err == nil
 	switch {
 	case err == nil && !ours(pg, tj):
 		return ctrl.Result{}, notOurs(r.client, pg)
-	case err == nil && gang.Built(pg, tj, rt.Spec.MLPolicy, digest):
+	case err == nil && framework.Built(pg, tj, rt.Spec.MLPolicy):
+		// Built from this spec: from the right copy too?
+	case err == nil && js != nil && !ptr.Deref(js.Spec.Suspend, false) && !changedUnseen(tj, js):
 		return ctrl.Result{}, nil
-	case err == nil:
-		js := &jobsetv1alpha2.JobSet{}
-		if err := r.client.Get(ctx, key, js); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
-		} else if err == nil && !ptr.Deref(js.Spec.Suspend, false) && !changedUnseen(tj, js) {
+	case err != nil && !apierrors.IsNotFound(err):
+		return ctrl.Result{}, ignoreNoMatch(err)
+	}
+	digest, fromJobSet, err := podGroupCopy(tj, rt, js)
+	if err != nil {
+		return ctrl.Result{}, nil // The framework controller reports it.
+	}
+	if found && gang.Built(pg, tj, rt.Spec.MLPolicy, digest) {
+		return ctrl.Result{}, nil
+	}
+	if fromJobSet && digest != "" {
+		// The JobSet's copy, once the TrainJob records it (a lost status write recorded again
+		// queues it).
+		if recorded := tj.Status.RuntimeSnapshot; recorded == nil || recorded.Digest != digest {
 			return ctrl.Result{}, nil
 		}
-	case !apierrors.IsNotFound(err):
-		return ctrl.Result{}, ignoreNoMatch(err)
+		rt = trainingruntime.Recorded(tj)
 	}
 
 	// Built from the runtime as the TrainJob was first built from it, or, before its first JobSet,

@@ -8,6 +8,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -272,6 +273,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 		b = b.Watches(pg, handler.EnqueueRequestsFromMapFunc(namesake(g.client, owns)),
 			builder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}))
 	}
+	// A JobSet the operator suspends without a change of its TrainJob (a stall's restart, a
+	// change it did not see) is resumed only once its gang's PodGroup is right: if it is not (a
+	// neighbour stripped it), it is rebuilt then.
+	b = b.Watches(&jobsetv1alpha2.JobSet{}, handler.EnqueueRequestsFromMapFunc(namesake(g.client, owns)),
+		builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !ptr.Deref(e.ObjectOld.(*jobsetv1alpha2.JobSet).Spec.Suspend, false) && ptr.Deref(e.ObjectNew.(*jobsetv1alpha2.JobSet).Spec.Suspend, false)
+			},
+		}))
 	if err := b.Complete(g); err != nil {
 		return err
 	}

@@ -189,7 +189,7 @@ func (r *TrainJobReconciler) resumeRestarted(ctx context.Context, tj *trainer.Tr
 		}
 	}
 	if rt != nil {
-		if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
+		if wait, err := r.waitForPodGroup(ctx, tj, rt, js); wait || err != nil {
 			return 0, err
 		}
 	}

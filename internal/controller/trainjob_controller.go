@@ -315,7 +315,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, nil
 		}
 		if !suspend {
-			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
+			if wait, err := r.waitForPodGroup(ctx, tj, rt, js); wait || err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -394,7 +394,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		// A JobSet is never resumed before its gang's PodGroup exists at the TrainJob's size,
 		// nor when the operator suspended it to fail a stalled TrainJob (stall.go).
 		if !suspend && rt != nil {
-			if wait, err := r.waitForPodGroup(ctx, tj, rt); wait || err != nil {
+			if wait, err := r.waitForPodGroup(ctx, tj, rt, js); wait || err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -409,9 +409,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			return ctrl.Result{}, err
 		}
 	}
-	kind, name := trainingruntime.Ref(tj)
-	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
-		fmt.Sprintf("JobSet %q is created from %s %q", tj.Name, kind, name))
+	setCreated(tj)
 
 	// 5. Report suspension and the JobSet's progress.
 	now := time.Now()
@@ -492,16 +490,30 @@ func refusalBackoff(refused int) time.Duration {
 	return min(refusalRetryBase<<refused, refusalRetryCap)
 }
 
+// podGroupCopy is the digest of the runtime copy a gang's PodGroup is built from: that of its
+// JobSet js, fromJobSet, when js was built from the TrainJob as it is now (empty for one built
+// before snapshots, as its PodGroup); otherwise that of the copy the next build takes of rt.
+func podGroupCopy(tj *trainer.TrainJob, rt *trainingruntime.Runtime, js *jobsetv1alpha2.JobSet) (digest string, fromJobSet bool, _ error) {
+	if js != nil && framework.Built(js, tj, rt.Spec.MLPolicy) {
+		return js.Annotations[trainingruntime.DigestAnnotation], true, nil
+	}
+	digest, err := rt.Digest()
+	return digest, false, err
+}
+
 // runtimeOf is the runtime the TrainJob runs with (trainingruntime.ForTrainJob). A JobSet made
 // from a copy its status does not record (the operator stopped between the JobSet's write and
-// the status's) has it recorded again from the copy, which must still have the JobSet's digest;
-// one that no longer has it leaves the TrainJob as one built before snapshots.
+// the status's) has it recorded from the copy, which must still have the JobSet's digest; one
+// that no longer has it (deleted or changed in between) leaves the TrainJob as one built before
+// snapshots: a later build takes a new copy of the runtime as it is then.
 func (r *TrainJobReconciler) runtimeOf(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet) (*trainingruntime.Runtime, error) {
 	var digest string
 	if js != nil {
 		digest = js.Annotations[trainingruntime.DigestAnnotation]
 	}
-	if recorded := tj.Status.RuntimeSnapshot; digest == "" || (recorded != nil && recorded.Digest == digest && tj.Status.ObservedGeneration > 0) {
+	if digest == "" || (tj.Status.RuntimeSnapshot != nil && tj.Status.ObservedGeneration > 0) {
+		// A recorded copy is the one: a JobSet's annotation, which its writers may change, never
+		// replaces it.
 		return trainingruntime.ForTrainJob(ctx, r.client, tj)
 	}
 	recorded, err := trainingruntime.Recover(ctx, r.apiReader, tj, digest)
@@ -512,8 +524,18 @@ func (r *TrainJobReconciler) runtimeOf(ctx context.Context, tj *trainer.TrainJob
 	case err != nil:
 		return nil, err
 	}
+	// Recorded with the JobSet's creation, which the lost write said, so that the copy is the
+	// TrainJob's whichever controller its policies now choose.
 	tj.Status.RuntimeSnapshot = recorded
+	setCreated(tj)
 	return trainingruntime.Recorded(tj), nil
+}
+
+// setCreated says that the TrainJob's JobSet is made.
+func setCreated(tj *trainer.TrainJob) {
+	kind, name := trainingruntime.Ref(tj)
+	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
+		fmt.Sprintf("JobSet %q is created from %s %q", tj.Name, kind, name))
 }
 
 // mayHaveRun reports whether the TrainJob's pods may have run: its status last saw its JobSet
@@ -527,17 +549,17 @@ func mayHaveRun(tj *trainer.TrainJob) bool {
 }
 
 // waitForPodGroup reports whether the TrainJob's gang needs a PodGroup that is not there yet, or
-// was built from an older spec of the TrainJob or another copy of its runtime than rt, or is not
-// the TrainJob's. The gang controller
+// was built from an older spec of the TrainJob or another copy of its runtime than its JobSet js
+// is, or is about to be, built from (podGroupCopy), or is not the TrainJob's. The gang controller
 // writes it, and that queues the TrainJob again; what keeps it from writing it (a refusal, a
 // PodGroup of the name that is someone else's), it reports, and the TrainJob says. A PodGroup
 // kind whose CRD is not installed cannot be waited for: the TrainJob is told so.
-func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime) (bool, error) {
+func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, js *jobsetv1alpha2.JobSet) (bool, error) {
 	pg := gang.PodGroupObject(rt.Spec.PodGroupPolicy)
 	if pg == nil {
 		return false, nil
 	}
-	digest, err := rt.Digest()
+	digest, _, err := podGroupCopy(tj, rt, js)
 	if err != nil {
 		return true, err
 	}

@@ -87,6 +87,9 @@ func (r *TrainJobReconciler) jobSet(ctx context.Context, tj *trainer.TrainJob) (
 	return js, err
 }
 
+// jobSetType is a JobSet's type, to read its metadata alone.
+var jobSetType = metav1.TypeMeta{APIVersion: jobsetv1alpha2.GroupVersion.String(), Kind: "JobSet"}
+
 // jobSetNotSeen handles a JobSet that exists but that the cache has not seen yet, read past the
 // cache once: the TrainJob's own, created a moment ago, is seen soon; someone else's is reported.
 func (r *TrainJobReconciler) jobSetNotSeen(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {

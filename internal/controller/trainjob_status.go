@@ -107,7 +107,21 @@ func (r *TrainJobReconciler) putStatus(ctx context.Context, tj *trainer.TrainJob
 // the runtime as it is then, in a ConfigMap of the name that is the TrainJob's own (an earlier
 // try's); anyone else's is never touched. It reports whether the build stops here, and why.
 func (r *TrainJobReconciler) keepSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, cm *corev1.ConfigMap) (stop bool, _ ctrl.Result, _ error) {
-	switch err := createChild(ctx, r.client, tj, cm, client.FieldOwner(fieldManager(r.framework))); {
+	owner := client.FieldOwner(fieldManager(r.framework))
+	err := r.client.Create(ctx, cm.DeepCopy(), owner)
+	if apierrors.IsAlreadyExists(err) {
+		// An earlier try's, unless a JobSet was made from it that the cache has not seen yet:
+		// that copy is never overwritten.
+		switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), &metav1.PartialObjectMetadata{TypeMeta: jobSetType}); {
+		case err == nil:
+			result, err := r.jobSetNotSeen(ctx, tj)
+			return true, result, err
+		case !apierrors.IsNotFound(err):
+			return true, ctrl.Result{}, err
+		}
+		err = createChild(ctx, r.client, tj, cm, owner)
+	}
+	switch {
 	case isNotOurs(err):
 		setNotOurs(tj, err)
 		return true, ctrl.Result{RequeueAfter: notOursRetry}, nil

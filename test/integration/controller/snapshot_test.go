@@ -2,12 +2,16 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,4 +134,14 @@ func TestASnapshotIsRecordedFromTheJobSetWhenItsStatusWriteWasLost(t *testing.T)
 	kept := &corev1.ConfigMap{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(cm), kept))
 	assert.Equal(t, cm.ResourceVersion, kept.ResourceVersion, "the copy was rewritten")
+
+	// Once recorded, the copy is the status's: someone who may write ConfigMaps and JobSets
+	// changes the copy and puts its digest on the JobSet; the record stays.
+	kept.Data[trainingruntime.SnapshotKey] = strings.Replace(kept.Data[trainingruntime.SnapshotKey], "numNodes: 2", "numNodes: 7", 1)
+	require.NoError(t, k8sClient.Update(ctx, kept))
+	sum := sha256.Sum256([]byte(kept.Data[trainingruntime.SnapshotKey]))
+	after.Annotations[trainingruntime.DigestAnnotation] = "sha256:" + hex.EncodeToString(sum[:])
+	require.NoError(t, k8sClient.Update(ctx, after))
+	assertNever(t, func() bool { return !equality.Semantic.DeepEqual(snapshot, got(t, tj).Status.RuntimeSnapshot) },
+		"a JobSet's annotation replaced the recorded copy")
 }
