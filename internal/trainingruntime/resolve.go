@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +29,9 @@ type Runtime struct {
 	// summary says that Spec holds the policies the record holds only, not the template: Load
 	// reads the rest.
 	summary bool
+	// version is the object's, when Spec is a runtime object's as the API server has it: its
+	// copy is encoded once per version (copies).
+	version version
 }
 
 // String names the runtime as a user would, for messages: `ClusterTrainingRuntime "torch"`.
@@ -46,17 +50,18 @@ func Resolve(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runti
 	kind, name := Ref(tj)
 	var (
 		spec *trainer.TrainingRuntimeSpec
+		meta *metav1.ObjectMeta
 		err  error
 	)
 	switch kind {
 	case trainer.ClusterTrainingRuntimeKind:
 		rt := &trainer.ClusterTrainingRuntime{}
 		err = c.Get(ctx, client.ObjectKey{Name: name}, rt)
-		spec = &rt.Spec
+		spec, meta = &rt.Spec, &rt.ObjectMeta
 	case trainer.TrainingRuntimeKind:
 		rt := &trainer.TrainingRuntime{}
 		err = c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: name}, rt)
-		spec = &rt.Spec
+		spec, meta = &rt.Spec, &rt.ObjectMeta
 	default:
 		return nil, fmt.Errorf("runtime kind %q: %w", kind, ErrNotFound)
 	}
@@ -66,5 +71,5 @@ func Resolve(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runti
 	if err != nil {
 		return nil, fmt.Errorf("reading %s %q: %w", kind, name, err)
 	}
-	return &Runtime{Kind: kind, Name: name, Spec: spec}, nil
+	return &Runtime{Kind: kind, Name: name, Spec: spec, version: version{meta.UID, meta.Generation}}, nil
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -54,20 +56,80 @@ type snapshotObject struct {
 // metadata included.
 const MaxSnapshotSize = 1<<20 - 16<<10
 
-// encode is a runtime's copy, as its snapshot holds it.
-func encode(rt *Runtime) ([]byte, error) {
+// encode is a runtime's copy, as its snapshot holds it, and its digest.
+func encode(rt *Runtime) (string, string, error) {
+	if c, ok := copies.get(rt.version); ok {
+		return c.data, c.digest, nil
+	}
 	obj := snapshotObject{TypeMeta: metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: rt.Kind}, Spec: *rt.Spec}
 	obj.Metadata.Name = rt.Name
 	data, err := yaml.Marshal(obj)
 	if err != nil {
-		return nil, fmt.Errorf("writing the snapshot of %s: %w", rt, err)
+		return "", "", fmt.Errorf("writing the snapshot of %s: %w", rt, err)
 	}
-	return data, nil
+	e := encoded{data: string(data), digest: digest(data)}
+	copies.put(rt.version, e)
+	return e.data, e.digest, nil
+}
+
+// version names a runtime object's spec: its UID and generation, which a change of its spec
+// raises.
+type version struct {
+	uid        types.UID
+	generation int64
+}
+
+// encoded is a runtime's copy and its digest.
+type encoded struct {
+	data   string // Shared by the ConfigMaps of the runtime's TrainJobs: strings are immutable.
+	digest string
+}
+
+// copyCache keeps the copy of the latest version seen of each runtime object: every TrainJob of a
+// runtime is copied, and its gang sized, from the same runtime, which is encoded once instead of
+// two or three times per TrainJob. Runtimes are few; past maxCopies (runtimes deleted and made
+// anew) it starts over.
+type copyCache struct {
+	mu    sync.Mutex
+	byUID map[types.UID]encodedVersion
+}
+
+type encodedVersion struct {
+	generation int64
+	encoded
+}
+
+const maxCopies = 1024
+
+var copies = &copyCache{byUID: map[types.UID]encodedVersion{}}
+
+func (c *copyCache) get(v version) (encoded, bool) {
+	if v.uid == "" {
+		return encoded{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byUID[v.uid]
+	return e.encoded, ok && e.generation == v.generation
+}
+
+func (c *copyCache) put(v version, e encoded) {
+	if v.uid == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byUID) >= maxCopies {
+		clear(c.byUID)
+	}
+	if old, ok := c.byUID[v.uid]; !ok || old.generation <= v.generation {
+		c.byUID[v.uid] = encodedVersion{generation: v.generation, encoded: e}
+	}
 }
 
 // CheckSnapshotSize refuses a runtime too large for its TrainJobs to keep a copy of.
 func CheckSnapshotSize(rt *Runtime) error {
-	data, err := encode(rt)
+	data, _, err := encode(rt)
 	if err != nil {
 		return err
 	}
@@ -80,7 +142,7 @@ func CheckSnapshotSize(rt *Runtime) error {
 // Snapshot is a runtime's snapshot for a TrainJob: the ConfigMap to create, and its record for
 // the TrainJob's status.
 func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner metav1.OwnerReference) (*corev1.ConfigMap, *trainer.RuntimeSnapshot, error) {
-	data, err := encode(rt)
+	data, d, err := encode(rt)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,11 +151,11 @@ func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner
 			Name: SnapshotName(tj.Name), Namespace: tj.Namespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{owner},
 		},
-		Data: map[string]string{SnapshotKey: string(data)},
+		Data: map[string]string{SnapshotKey: data},
 	}
 	return cm, &trainer.RuntimeSnapshot{
 		ConfigMap:      cm.Name,
-		Digest:         digest(data),
+		Digest:         d,
 		MLPolicy:       rt.Spec.MLPolicy.DeepCopy(),
 		PodGroupPolicy: rt.Spec.PodGroupPolicy.DeepCopy(),
 		StallPolicy:    rt.Spec.StallPolicy.DeepCopy(),
@@ -138,11 +200,8 @@ func (r *Runtime) Digest() (string, error) {
 	if r.snapshot != nil {
 		return r.snapshot.Digest, nil
 	}
-	data, err := encode(r)
-	if err != nil {
-		return "", err
-	}
-	return digest(data), nil
+	_, d, err := encode(r)
+	return d, err
 }
 
 // From is the runtime as the snapshot just taken of it (Snapshot), to build from: its Digest is the

@@ -3,12 +3,15 @@ package trainingruntime_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -70,4 +73,53 @@ func TestLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A runtime read from the API server is copied once per version of its spec: the TrainJobs of a
+// version share one copy and digest, and a new version, whose generation the API server raised
+// with its spec, is copied anew.
+func TestACopyPerRuntimeVersion(t *testing.T) {
+	ctx := context.Background()
+	spec := utiltesting.MakeRuntimeSpec().NumNodes(2).Obj()
+	rt := utiltesting.TrainingRuntime("rt", "ns", spec)
+	rt.UID, rt.Generation = "rt-uid", 1
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(rt).Build()
+	snapshotOf := func(name string) (string, string) {
+		tj := utiltesting.MakeTrainJob(name, "ns").RuntimeRef(trainer.TrainingRuntimeKind, "rt").UID(name).Obj()
+		resolved, err := trainingruntime.Resolve(ctx, c, tj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, record, err := trainingruntime.Snapshot(tj, resolved, nil, framework.OwnerReference(tj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data[trainingruntime.SnapshotKey], record.Digest
+	}
+	copyA, digestA := snapshotOf("a")
+	copyB, digestB := snapshotOf("b")
+	if copyA != copyB || digestA != digestB || unsafe.StringData(copyA) != unsafe.StringData(copyB) {
+		t.Errorf("two TrainJobs of one runtime version got two copies")
+	}
+
+	if err := c.Get(ctx, client.ObjectKeyFromObject(rt), rt); err != nil {
+		t.Fatal(err)
+	}
+	rt.Spec.MLPolicy.NumNodes = ptr.To[int32](3)
+	rt.Generation = 2
+	if err := c.Update(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	copyC, digestC := snapshotOf("c")
+	if digestC == digestA || !strings.Contains(copyC, "numNodes: 3") {
+		t.Errorf("the runtime's new version was not copied anew:\n%s", copyC)
+	}
+}
+
+func scheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), trainer.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
