@@ -87,12 +87,7 @@ const (
 
 // Set parses a ConditionSet, for a command-line flag.
 func (c *ConditionSet) Set(value string) error {
-	switch ConditionSet(value) {
-	case UpstreamConditions, AllConditions:
-		*c = ConditionSet(value)
-		return nil
-	}
-	return fmt.Errorf("must be %s or %s", UpstreamConditions, AllConditions)
+	return choose(c, value, UpstreamConditions, AllConditions)
 }
 
 func (c *ConditionSet) String() string { return string(*c) }
@@ -110,16 +105,18 @@ const (
 )
 
 // Set parses an EventSet, for a command-line flag.
-func (e *EventSet) Set(value string) error {
-	switch EventSet(value) {
-	case AllEvents, WarningEvents:
-		*e = EventSet(value)
-		return nil
-	}
-	return fmt.Errorf("must be %s or %s", AllEvents, WarningEvents)
-}
+func (e *EventSet) Set(value string) error { return choose(e, value, AllEvents, WarningEvents) }
 
 func (e *EventSet) String() string { return string(*e) }
+
+// choose sets a flag's choice to value, one of two.
+func choose[T ~string](choice *T, value string, one, other T) error {
+	if T(value) != one && T(value) != other {
+		return fmt.Errorf("must be %s or %s", one, other)
+	}
+	*choice = T(value)
+	return nil
+}
 
 // Defaults for a manager that keeps up with thousands of TrainJobs: a TrainJob costs about one
 // JobSet apply and one status write, so the client's rate and the number of TrainJobs reconciled

@@ -124,6 +124,19 @@ func TestAnAutoscalerNeverOutlivesItsTrainJob(t *testing.T) {
 	}, timeout, interval)
 }
 
+// queuedElasticRuntime creates the elastic torch runtime "elastic" of 1 to maxNodes 1-CPU nodes,
+// shaped as Kueue counts pods (the ancestor label on the Job template), whose pods run for an
+// hour.
+func queuedElasticRuntime(t *testing.T, ns string, maxNodes int32) {
+	t.Helper()
+	job := nodeJob("1")
+	job.Template.Labels = job.Template.Spec.Template.Labels // where Kueue's pod counting looks
+	job.Template.Spec.Template.Labels = nil
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).
+		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To(maxNodes)}}).Obj())
+}
+
 // TestKueueAdmitsAnElasticTrainJobAtItsSize: under the real Kueue, an elastic TrainJob of 1 to 3
 // nodes is admitted at its size (admission writes maxNodes into numNodes, which Kueue counts);
 // while admitted, kubectl scale is refused with the reason (Kueue would stop it and queue it
@@ -132,12 +145,7 @@ func TestAnAutoscalerNeverOutlivesItsTrainJob(t *testing.T) {
 func TestKueueAdmitsAnElasticTrainJobAtItsSize(t *testing.T) {
 	ns := newNamespace(t)
 	kueueQueue(t, ns, 3, "1", "3")
-	job := nodeJob("1")
-	job.Template.Labels = job.Template.Spec.Template.Labels // where Kueue's pod counting looks
-	job.Template.Spec.Template.Labels = nil
-	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
-	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).
-		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](3)}}).Obj())
+	queuedElasticRuntime(t, ns, 3)
 	tj := createTrainJob(t, ns, "queued", "elastic", func(w *utiltesting.TrainJobWrapper) {
 		w.Labels = map[string]string{queueLabel: "queue"}
 	})
@@ -174,12 +182,7 @@ func TestKueueRunsAnUnlabelledTrainJobOnlyOnceQueued(t *testing.T) {
 	namespace.Labels[testenv.KueueManagesUnlabelledLabel] = "true"
 	require.NoError(t, k8sClient.Update(ctx, namespace))
 	kueueQueue(t, ns, 2, "1", "2")
-	job := nodeJob("1")
-	job.Template.Labels = job.Template.Spec.Template.Labels // where Kueue's pod counting looks
-	job.Template.Spec.Template.Labels = nil
-	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
-	createRuntime(t, ns, "elastic", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).
-		Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](2)}}).Obj())
+	queuedElasticRuntime(t, ns, 2)
 	// Suspended, as Kueue's webhook makes it where it sees TrainJobs without a queue; resumed by
 	// its user, it is stopped again: Kueue holds its Workload, which names no queue, unadmitted.
 	tj := createTrainJob(t, ns, "unlabelled", "elastic", func(w *utiltesting.TrainJobWrapper) { w.Suspend(true) })
