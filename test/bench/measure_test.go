@@ -153,6 +153,11 @@ func measure(b *testing.B, w workload, wr writer) *result {
 	if err := <-profiled; err != nil {
 		fail(err)
 	}
+	if mgr != nil && *managerHeap != "" {
+		if err := mgr.heap(*managerHeap + "." + w.name); err != nil {
+			fail(err)
+		}
+	}
 	after, err := cp.sample(ctx)
 	if err != nil {
 		fail(err)

@@ -341,7 +341,15 @@ func (m *manager) peakRSS() (uint64, error) {
 
 // profile writes a CPU profile of the manager over the next seconds to path.
 func (m *manager) profile(path string, seconds int) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", m.pprofAddr, seconds))
+	return m.pprof(path, fmt.Sprintf("profile?seconds=%d", seconds))
+}
+
+// heap writes a heap profile of the manager, after a garbage collection, to path.
+func (m *manager) heap(path string) error { return m.pprof(path, "heap?gc=1") }
+
+// pprof writes the manager's profile of Go's profiler at query (under /debug/pprof/) to path.
+func (m *manager) pprof(path, query string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", m.pprofAddr, query))
 	if err != nil {
 		return err
 	}
