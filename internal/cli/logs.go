@@ -92,9 +92,9 @@ func (l *logsOptions) runWith(ctx context.Context, c *clients, name string) erro
 	if l.all {
 		followed = sortedKeys(ranks)
 	}
-	if l.maxRanks > 0 && len(followed) > l.maxRanks {
-		fmt.Fprintf(l.ErrOut, "Showing ranks %d to %d of %d: choose a rank for another\n", followed[0], followed[l.maxRanks-1], len(followed))
-		followed = followed[:l.maxRanks]
+	followed, note := firstRanks(followed, l.maxRanks)
+	if note != "" {
+		fmt.Fprintln(l.ErrOut, note)
 	}
 	if l.streams != nil {
 		release, err := l.streams(len(followed))
@@ -119,6 +119,15 @@ func (l *logsOptions) runWith(ctx context.Context, c *clients, name string) erro
 		}
 	}
 	return nil
+}
+
+// firstRanks is the first most of the ranks (all when most is 0), and a note saying so when
+// that leaves some out.
+func firstRanks(ranks []int, most int) ([]int, string) {
+	if most <= 0 || len(ranks) <= most {
+		return ranks, ""
+	}
+	return ranks[:most], fmt.Sprintf("Showing ranks %d to %d of %d: choose a rank for another", ranks[0], ranks[most-1], len(ranks))
 }
 
 // How often logs -f looks again for pods that have not started: soon at first, as a pod just
