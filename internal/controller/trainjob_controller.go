@@ -322,7 +322,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		digest, _ := rt.Digest() // A snapshot's: it cannot fail.
 		children.JobSet.WithAnnotations(map[string]string{trainingruntime.DigestAnnotation: digest})
 		if snapshot != nil {
-			if stop, result, err := r.keepSnapshot(ctx, tj, rt, snapshot); stop {
+			if stop, result, err := r.keepSnapshot(ctx, tj, rt, snapshot, js); stop {
 				return result, err
 			}
 		}
@@ -491,11 +491,16 @@ func refusalBackoff(refused int) time.Duration {
 }
 
 // podGroupCopy is the digest of the runtime copy a gang's PodGroup is built from: that of its
-// JobSet js, fromJobSet, when js was built from the TrainJob as it is now (empty for one built
-// before snapshots, as its PodGroup); otherwise that of the copy the next build takes of rt.
+// JobSet js, fromJobSet, when js was built from the TrainJob as it is now (the status's record
+// once there is one; empty for a JobSet built before snapshots, as its PodGroup); otherwise that
+// of the copy the next build takes of rt.
 func podGroupCopy(tj *trainer.TrainJob, rt *trainingruntime.Runtime, js *jobsetv1alpha2.JobSet) (digest string, fromJobSet bool, _ error) {
 	if js != nil && framework.Built(js, tj, rt.Spec.MLPolicy) {
-		return js.Annotations[trainingruntime.DigestAnnotation], true, nil
+		digest := js.Annotations[trainingruntime.DigestAnnotation]
+		if recorded := tj.Status.RuntimeSnapshot; digest != "" && recorded != nil && tj.Status.ObservedGeneration > 0 {
+			digest = recorded.Digest // What the JobSet was built from; its annotation may have been changed since.
+		}
+		return digest, true, nil
 	}
 	digest, err := rt.Digest()
 	return digest, false, err

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/podfailure"
@@ -106,12 +107,13 @@ func (r *TrainJobReconciler) putStatus(ctx context.Context, tj *trainer.TrainJob
 // ConfigMap, cm, before the JobSet that records its digest: each try at the first JobSet keeps
 // the runtime as it is then, in a ConfigMap of the name that is the TrainJob's own (an earlier
 // try's); anyone else's is never touched. It reports whether the build stops here, and why.
-func (r *TrainJobReconciler) keepSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, cm *corev1.ConfigMap) (stop bool, _ ctrl.Result, _ error) {
+func (r *TrainJobReconciler) keepSnapshot(ctx context.Context, tj *trainer.TrainJob, rt *trainingruntime.Runtime, cm *corev1.ConfigMap, js *jobsetv1alpha2.JobSet) (stop bool, _ ctrl.Result, _ error) {
 	owner := client.FieldOwner(fieldManager(r.framework))
 	err := r.client.Create(ctx, cm.DeepCopy(), owner)
-	if apierrors.IsAlreadyExists(err) {
+	if apierrors.IsAlreadyExists(err) && js == nil {
 		// An earlier try's, unless a JobSet was made from it that the cache has not seen yet:
-		// that copy is never overwritten.
+		// that copy is never overwritten. (A JobSet rebuilt while it records no copy, made
+		// before snapshots or whose copy could not be recovered, takes a new one.)
 		switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), &metav1.PartialObjectMetadata{TypeMeta: jobSetType}); {
 		case err == nil:
 			result, err := r.jobSetNotSeen(ctx, tj)
@@ -119,6 +121,8 @@ func (r *TrainJobReconciler) keepSnapshot(ctx context.Context, tj *trainer.Train
 		case !apierrors.IsNotFound(err):
 			return true, ctrl.Result{}, err
 		}
+	}
+	if apierrors.IsAlreadyExists(err) {
 		err = createChild(ctx, r.client, tj, cm, owner)
 	}
 	switch {

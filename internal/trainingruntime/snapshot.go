@@ -68,7 +68,9 @@ func encode(rt *Runtime) (string, string, error) {
 		return "", "", fmt.Errorf("writing the snapshot of %s: %w", rt, err)
 	}
 	e := encoded{data: string(data), digest: digest(data)}
-	copies.put(rt.version, e)
+	if len(data) <= MaxSnapshotSize { // One too large is refused, not kept.
+		copies.put(rt.version, e)
+	}
 	return e.data, e.digest, nil
 }
 
@@ -119,12 +121,14 @@ func (c *copyCache) put(v version, e encoded) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.byUID) >= maxCopies {
+	old, ok := c.byUID[v.uid]
+	if ok && old.generation > v.generation {
+		return
+	}
+	if !ok && len(c.byUID) >= maxCopies {
 		clear(c.byUID)
 	}
-	if old, ok := c.byUID[v.uid]; !ok || old.generation <= v.generation {
-		c.byUID[v.uid] = encodedVersion{generation: v.generation, encoded: e}
-	}
+	c.byUID[v.uid] = encodedVersion{generation: v.generation, encoded: e}
 }
 
 // CheckSnapshotSize refuses a runtime too large for its TrainJobs to keep a copy of.
