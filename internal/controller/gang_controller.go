@@ -169,8 +169,9 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 }
 
 // snapshotRecorded passes the TrainJob updates that record another copy of its runtime than it
-// did: a PodGroup is built from it. (Only a TrainJob whose first status write after its JobSet
-// was lost records the copy after the JobSet is made: Recover.)
+// did: the status write after its first JobSet, or after a lost one (Recover). A PodGroup built
+// from another copy (the runtime edited meanwhile) is put right then; otherwise the look costs
+// reads of the cache only.
 func snapshotRecorded() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
