@@ -71,7 +71,13 @@ func createChild(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj
 	if !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	err = claim(ctx, c, tj, obj, owner)
+	return claimOrCreate(ctx, c, tj, obj, owner)
+}
+
+// claimOrCreate claims the object of obj's name, which exists (claim), or creates obj if it is
+// gone meanwhile.
+func claimOrCreate(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj client.Object, owner client.FieldOwner) error {
+	err := claim(ctx, c, tj, obj, owner)
 	if apierrors.IsNotFound(err) {
 		// Gone meanwhile: make it anew.
 		return c.Create(ctx, obj.DeepCopyObject().(client.Object), owner)

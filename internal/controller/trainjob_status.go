@@ -123,7 +123,7 @@ func (r *TrainJobReconciler) keepSnapshot(ctx context.Context, tj *trainer.Train
 		}
 	}
 	if apierrors.IsAlreadyExists(err) {
-		err = createChild(ctx, r.client, tj, cm, owner)
+		err = claimOrCreate(ctx, r.client, tj, cm, owner)
 	}
 	switch {
 	case isNotOurs(err):
