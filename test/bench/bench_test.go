@@ -40,6 +40,8 @@ var (
 	repeat         = flag.Int("repeat", 1, "measure each workload's floor and operator this many times, in turn; the summary adds the median ratios")
 	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
 	managerEnv     = flag.String("manager-env", "", "comma-separated NAME=value pairs added to the manager's environment, e.g. GOGC=50")
+	existing       = flag.Int("existing", 0, "TrainJobs made before the measured runs, mixed as a cluster holds them (of every ten: 7 finished, 2 suspended, 1 queued in Kueue); "+
+		"each workload's runs then share one API server, and the manager's restarts at that size are measured first")
 )
 
 // comparisons are the measured pairs, printed at the end.
@@ -56,6 +58,7 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
 	code := m.Run()
 	printComparisons(os.Stdout, comparisons)
+	printSizes(os.Stdout)
 	os.Exit(code)
 }
 
@@ -68,6 +71,12 @@ func BenchmarkOperator(b *testing.B) {
 		if _, ok := workloads[name]; !ok {
 			b.Fatalf("unknown workload %q: choose among %s", name, strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
 		}
+	}
+	if *existing > 0 {
+		for _, name := range names {
+			b.Run(name+"@size", func(b *testing.B) { measureAtSize(b, workloads[name]) })
+		}
+		return
 	}
 	for i := range *repeat {
 		for _, name := range names {

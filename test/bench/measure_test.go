@@ -94,38 +94,68 @@ func startCluster(b *testing.B, opts ...testenv.Option) (cluster *testenv.Cluste
 	}
 }
 
-// measure runs N TrainJobs of a workload through a fresh API server with one writer.
-func measure(b *testing.B, w workload, wr writer) *result {
+// bed is an API server prepared for measured runs: the shipped runtimes, the workload's runtime,
+// the namespace "bench", and the control plane's processes.
+type bed struct {
+	cluster *testenv.Cluster
+	fail    func(error)
+	cp      *controlPlane
+	rt      *trainingruntime.Runtime
+}
+
+// newBed starts a fresh API server for a workload's runs; the caller stops its cluster.
+func newBed(b *testing.B, w workload) *bed {
 	ctx := context.Background()
 	cluster, fail := startCluster(b, testenv.WithoutJobSetWebhooks)
-	defer cluster.Stop()
-	var err error
+	bd := &bed{cluster: cluster, fail: fail}
 	if err := cluster.Install(ctx, "config/runtimes"); err != nil {
 		fail(err)
 	}
-	rt, err := runtimeOf(ctx, cluster.Client, w)
-	if err != nil {
+	var err error
+	if bd.rt, err = runtimeOf(ctx, cluster.Client, w); err != nil {
 		fail(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}
-	if err := cluster.Client.Create(ctx, ns); err != nil {
+	if err := cluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		fail(err)
 	}
-	obs, err := watch(ctx, cluster.Env.Config, *count)
-	if err != nil {
+	if bd.cp, err = findControlPlane(cluster); err != nil {
 		fail(err)
 	}
+	return bd
+}
+
+// measure runs N TrainJobs of a workload through a fresh API server with one writer.
+func measure(b *testing.B, w workload, wr writer) *result {
+	bd := newBed(b, w)
+	defer bd.cluster.Stop()
 	var mgr *manager
 	if wr == operatorWriter {
-		if mgr, err = startManager(cluster); err != nil {
-			fail(err)
+		var err error
+		if mgr, err = startManager(bd.cluster); err != nil {
+			bd.fail(err)
 		}
 	}
-	cp, err := findControlPlane(cluster)
+	res := bd.run(b, w, wr, "tj-", mgr, loadOptions{})
+	if mgr != nil && *restart {
+		var err error
+		if res.restartWrites, err = restartManager(context.Background(), bd.cluster, bd.cp, mgr, w); err != nil {
+			bd.fail(err)
+		}
+	}
+	return res
+}
+
+// run creates N TrainJobs of the workload named prefix and a number, at -rate, and measures until
+// one writer, the floor's or the running manager mgr, has made their JobSets.
+func (bd *bed) run(b *testing.B, w workload, wr writer, prefix string, mgr *manager, opts loadOptions) *result {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	fail := bd.fail
+	obs, err := watch(ctx, bd.cluster.Env.Config, prefix, *count)
 	if err != nil {
 		fail(err)
 	}
-	before, err := cp.sample(ctx)
+	before, err := bd.cp.sample(ctx)
 	if err != nil {
 		fail(err)
 	}
@@ -143,7 +173,8 @@ func measure(b *testing.B, w workload, wr writer) *result {
 		profiled <- nil
 	}
 	start := time.Now()
-	if err := load(ctx, cluster.Client, ns.Name, rt, wr, obs); err != nil {
+	opts.rate = *rate
+	if err := load(ctx, bd.cluster.Client, bd.rt, wr, obs, *count, opts); err != nil {
 		fail(err)
 	}
 	if err := obs.wait(10 * time.Minute); err != nil {
@@ -158,7 +189,7 @@ func measure(b *testing.B, w workload, wr writer) *result {
 			fail(err)
 		}
 	}
-	after, err := cp.sample(ctx)
+	after, err := bd.cp.sample(ctx)
 	if err != nil {
 		fail(err)
 	}
@@ -182,11 +213,6 @@ func measure(b *testing.B, w workload, wr writer) *result {
 			fail(err)
 		}
 		res.managerCPU = managerCPU - managerCPUBefore
-		if *restart {
-			if res.restartWrites, err = restartManager(ctx, cluster, cp, mgr, obs, w); err != nil {
-				fail(err)
-			}
-		}
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(res.throughput(), "jobsets/s")
@@ -224,30 +250,47 @@ func runtimeOf(ctx context.Context, c client.Client, w workload) (*trainingrunti
 	return &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: rt.Name, Spec: &rt.Spec}, nil
 }
 
-// load creates the run's TrainJobs from the clients at once, as fast as they can or at -rate.
-// With the floor's writer, as many writers as the operator has workers write, for each TrainJob
-// created, what the operator would: the floor has the operator's concurrency, not the clients'.
-func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.Runtime, wr writer, obs *observer) error {
+// loadOptions shape the TrainJobs load creates.
+type loadOptions struct {
+	// clients create them at once; 0 is -clients.
+	clients int
+	// shape changes the i-th TrainJob before it is created.
+	shape func(i int, tj *trainer.TrainJob)
+	// rate is how many are created per second, steadily; 0 creates them as fast as they can.
+	rate float64
+}
+
+// load creates n TrainJobs in the namespace "bench", named the observer's prefix and a number,
+// from the clients at once, as fast as they can or at a steady rate. With the floor's writer, as many
+// writers as the operator has workers write, for each TrainJob created, what the operator would:
+// the floor has the operator's concurrency, not the clients'.
+func load(ctx context.Context, c client.Client, rt *trainingruntime.Runtime, wr writer, obs *observer, n int, opts loadOptions) error {
 	fw := framework.Select(controller.Frameworks(""), rt.Spec.MLPolicy)
 	var (
 		creators, writers sync.WaitGroup
 		errOnce           sync.Once
 		first             error
 		next              = make(chan int)
-		created           = make(chan *trainer.TrainJob, *count)
+		created           = make(chan *trainer.TrainJob, n)
 	)
 	fail := func(tj *trainer.TrainJob, err error) {
 		errOnce.Do(func() { first = fmt.Errorf("TrainJob %s: %w", tj.Name, err) })
 	}
-	for range *clients {
+	if opts.clients == 0 {
+		opts.clients = *clients
+	}
+	for range opts.clients {
 		creators.Go(func() {
 			for i := range next {
 				tj := &trainer.TrainJob{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tj-%d", i), Namespace: ns},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", obs.prefix, i), Namespace: "bench"},
 					Spec: trainer.TrainJobSpec{
 						RuntimeRef: trainer.RuntimeRef{Name: rt.Name, Kind: ptr.To(rt.Kind)},
 						Trainer:    &trainer.Trainer{NumNodes: ptr.To[int32](2)},
 					},
+				}
+				if opts.shape != nil {
+					opts.shape(i, tj)
 				}
 				obs.sent(tj.Name)
 				if err := c.Create(ctx, tj); err != nil {
@@ -268,12 +311,12 @@ func load(ctx context.Context, c client.Client, ns string, rt *trainingruntime.R
 		})
 	}
 	var tick <-chan time.Time
-	if *rate > 0 {
-		ticker := time.NewTicker(time.Duration(float64(time.Second) / *rate))
+	if opts.rate > 0 {
+		ticker := time.NewTicker(time.Duration(float64(time.Second) / opts.rate))
 		defer ticker.Stop()
 		tick = ticker.C
 	}
-	for i := range *count {
+	for i := range n {
 		if tick != nil {
 			<-tick
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -37,20 +37,25 @@ import (
 // the watchers that read it the same way, so the floor pays for that encoding as a real
 // cluster does, and the operator's watch of JobSets shares it, as it does in a real cluster.
 type observer struct {
+	// prefix begins the names of the TrainJobs observed, and of their JobSets.
+	prefix   string
 	n        int
 	mu       sync.Mutex
 	created  map[string]time.Time
 	jobSets  map[string]time.Time
 	ready    map[string]time.Time
 	complete map[string]bool
+	// finished are the TrainJobs seen Complete or Failed.
+	finished map[string]bool
 	changed  chan struct{}
 }
 
-// watch starts an observer of n TrainJobs.
-func watch(ctx context.Context, cfg *rest.Config, n int) (*observer, error) {
+// watch starts an observer of n TrainJobs whose names begin with prefix, until ctx ends.
+func watch(ctx context.Context, cfg *rest.Config, prefix string, n int) (*observer, error) {
 	o := &observer{
-		n: n, created: map[string]time.Time{}, jobSets: map[string]time.Time{},
-		ready: map[string]time.Time{}, complete: map[string]bool{}, changed: make(chan struct{}, 1),
+		prefix: prefix, n: n, created: map[string]time.Time{}, jobSets: map[string]time.Time{},
+		ready: map[string]time.Time{}, complete: map[string]bool{}, finished: map[string]bool{},
+		changed: make(chan struct{}, 1),
 	}
 	c, err := cache.New(cfg, cache.Options{Scheme: testenv.Scheme})
 	if err != nil {
@@ -61,7 +66,9 @@ func watch(ctx context.Context, cfg *rest.Config, n int) (*observer, error) {
 		return nil, err
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
-		o.note(o.jobSets, obj.(client.Object).GetName())
+		if name := obj.(client.Object).GetName(); strings.HasPrefix(name, prefix) {
+			o.note(o.jobSets, name)
+		}
 	}}); err != nil {
 		return nil, err
 	}
@@ -70,12 +77,18 @@ func watch(ctx context.Context, cfg *rest.Config, n int) (*observer, error) {
 	}
 	seen := func(obj any) {
 		tj := obj.(*trainer.TrainJob)
+		if !strings.HasPrefix(tj.Name, prefix) {
+			return
+		}
 		if tj.Status.ObservedGeneration > 0 { // Its JobSet is made.
 			o.note(o.ready, tj.Name)
 		}
-		if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) {
+		if c := tj.FinishedCondition(); c != nil {
 			o.mu.Lock()
-			o.complete[tj.Name] = true
+			o.finished[tj.Name] = true
+			if c.Type == trainer.TrainJobComplete {
+				o.complete[tj.Name] = true
+			}
 			o.mu.Unlock()
 			o.signal()
 		}
@@ -307,7 +320,7 @@ func startManager(cluster *testenv.Cluster) (*manager, error) {
 // workers, as its log says.
 func (m *manager) waitForWorkers() error {
 	want := len(controller.Frameworks("")) + 1 // And the gang controller.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if err := m.program.Exited(); err != nil {
 			return err
@@ -320,7 +333,7 @@ func (m *manager) waitForWorkers() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager did not start its controllers within a minute; see %s", m.program.Log())
+			return fmt.Errorf("the manager did not start its controllers within 5 minutes; see %s", m.program.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -398,8 +411,11 @@ func (m *manager) reconciles() (done, queued float64, err error) {
 	return done, queued, nil
 }
 
+// settleQuiet is how long the manager's queues stay empty before it counts as settled.
+const settleQuiet = 2 * time.Second
+
 // settle waits until the manager has reconciled at least want times and its queues stayed empty
-// for two seconds.
+// for settleQuiet.
 func (m *manager) settle(want float64) error {
 	deadline := time.Now().Add(10 * time.Minute)
 	quietSince := time.Time{}
@@ -410,7 +426,7 @@ func (m *manager) settle(want float64) error {
 			if quietSince.IsZero() {
 				quietSince = time.Now()
 			}
-			if time.Since(quietSince) >= 2*time.Second {
+			if time.Since(quietSince) >= settleQuiet {
 				return nil
 			}
 		default:
@@ -424,29 +440,16 @@ func (m *manager) settle(want float64) error {
 // restartManager finishes every other TrainJob's JobSet, waits until the manager has written it
 // to their status, restarts the manager, and counts the writes it makes until it settles: none
 // are needed, as nothing changed.
-func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, obs *observer, w workload) (requests, error) {
-	finished := 0
-	for i := 0; i < *count; i += 2 {
-		patch := fmt.Sprintf(`{"status":{"terminalState":"Completed","conditions":[{"type":"Completed","status":"True",`+
-			`"reason":"AllJobsCompleted","message":"jobset completed successfully","lastTransitionTime":%q}]}}`,
-			time.Now().UTC().Format(time.RFC3339))
-		js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "tj-" + strconv.Itoa(i)}}
-		if err := cluster.Client.Status().Patch(ctx, js, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			return nil, err
-		}
-		finished++
-	}
-	if err := obs.waitUntil(5*time.Minute, "the finished JobSets' TrainJobs to be Complete", func(o *observer) bool {
-		return len(o.complete) == finished
-	}); err != nil {
-		return nil, err
-	}
-	m.program.Stop()
-	before, err := cp.sample(ctx)
+func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, w workload) (requests, error) {
+	obs, err := watch(ctx, cluster.Env.Config, "tj-", *count)
 	if err != nil {
 		return nil, err
 	}
-	if m, err = startManager(cluster); err != nil {
+	var every []int
+	for i := 0; i < *count; i += 2 {
+		every = append(every, i)
+	}
+	if err := finishJobSets(ctx, cluster.Client, obs, every, func(int) bool { return true }); err != nil {
 		return nil, err
 	}
 	// Every TrainJob is reconciled once at start; a gang's by the gang controller as well.
@@ -454,15 +457,88 @@ func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPl
 	if w.coscheduling {
 		want *= 2
 	}
-	if err := m.settle(want); err != nil {
-		return nil, err
-	}
-	after, err := cp.sample(ctx)
+	_, r, err := restartAndCount(ctx, cluster, cp, m, want)
 	if err != nil {
 		return nil, err
 	}
+	return r.writes, nil
+}
+
+// finishJobSets marks the JobSets of the observer's TrainJobs numbered in which finished, as
+// JobSet's controller would: completed where completed says so, failed otherwise. It waits until
+// the manager has written each TrainJob Complete or Failed.
+func finishJobSets(ctx context.Context, c client.Client, obs *observer, which []int, completed func(i int) bool) error {
+	next := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range 32 {
+		wg.Go(func() {
+			for i := range next {
+				state, reason, message := "Completed", "AllJobsCompleted", "jobset completed successfully"
+				if !completed(i) {
+					state, reason, message = "Failed", "FailedJobs", "jobset failed due to one or more job failures"
+				}
+				patch := fmt.Sprintf(`{"status":{"terminalState":%q,"conditions":[{"type":%q,"status":"True",`+
+					`"reason":%q,"message":%q,"lastTransitionTime":%q}]}}`,
+					state, state, reason, message, time.Now().UTC().Format(time.RFC3339))
+				js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: obs.prefix + strconv.Itoa(i)}}
+				if err := c.Status().Patch(ctx, js, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, i := range which {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return obs.waitUntil(10*time.Minute, "the finished JobSets' TrainJobs to be Complete or Failed", func(o *observer) bool {
+		return len(o.finished) == len(which)
+	})
+}
+
+// restarted is what a restart of the manager took.
+type restarted struct {
+	// ready is from the program's start to every controller's workers started (caches synced);
+	// steady to its queues empty after a reconcile of every TrainJob.
+	ready, steady time.Duration
+	// writes are the restarted manager's writes until steady, by verb, resource and code.
+	writes requests
+}
+
+// restartAndCount stops the manager, starts it again, and waits until it has reconciled at least
+// want times and its queues stayed empty, counting its writes.
+func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, want float64) (*manager, *restarted, error) {
+	m.program.Stop()
+	before, err := cp.sample(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	start := time.Now()
+	if m, err = startManager(cluster); err != nil {
+		return nil, nil, err
+	}
+	r := &restarted{ready: time.Since(start)}
+	if err := m.settle(want); err != nil {
+		return nil, nil, err
+	}
+	r.steady = time.Since(start) - settleQuiet
+	after, err := cp.sample(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	// Leases are the API server's own (the manager runs without leader election).
-	return after.requestsSince(before).where(func(k requestKey) bool {
+	r.writes = after.requestsSince(before).where(func(k requestKey) bool {
 		return k.verb != "GET" && k.verb != "LIST" && k.verb != "WATCH" && k.resource != "leases"
-	}), nil
+	})
+	return m, r, nil
 }

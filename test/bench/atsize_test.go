@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/utils/ptr"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+// Of every ten TrainJobs that exist before the measured runs (-existing): six completed, one
+// failed, two suspended by their users, one queued in Kueue (suspended, with a queue's label),
+// as a busy cluster holds them until their TTL.
+const (
+	existingCompleted = 6
+	existingFailed    = 1
+	existingSuspended = 2
+)
+
+// kueueQueueLabel is the label by which Kueue queues a job.
+const kueueQueueLabel = "kueue.x-k8s.io/queue-name"
+
+// atSize is what one workload's API server holding -existing TrainJobs saw of restarts.
+type atSize struct {
+	workload string
+	// quiet is a restart with nothing to do; probed one with a TrainJob created while the manager
+	// was stopped, whose JobSet appeared probe after the restarted manager's workers started.
+	quiet, probed *restarted
+	probe         time.Duration
+}
+
+// sizes are the at-size figures, printed at the end.
+var sizes []atSize
+
+// measureAtSize measures a workload's -repeat pairs in one API server that holds -existing
+// TrainJobs, mixed as a cluster holds them, made by the operator itself. Before the pairs, it
+// restarts the manager twice: once to count what a restart at size writes and how long it takes,
+// once with a TrainJob created while the manager was stopped. For each floor run the manager is
+// stopped, and the floor's TrainJobs are managed by MultiKueue, so that the operator leaves them
+// alone when it runs again; for each operator run it is started again and settles first.
+func measureAtSize(b *testing.B, w workload) {
+	ctx := context.Background()
+	bd := newBed(b, w)
+	defer bd.cluster.Stop()
+	m, err := startManager(bd.cluster)
+	if err != nil {
+		bd.fail(err)
+	}
+	start := time.Now()
+	if err := populate(ctx, bd, *existing); err != nil {
+		bd.fail(err)
+	}
+	b.Logf("%d TrainJobs made and finished in %s", *existing, time.Since(start).Round(time.Second))
+
+	// Every TrainJob the operator manages is reconciled once at start; a gang's by the gang
+	// controller as well.
+	managed := *existing
+	want := func() float64 {
+		if w.coscheduling {
+			return float64(2 * managed)
+		}
+		return float64(managed)
+	}
+	figures := atSize{workload: w.name}
+	if m, figures.quiet, err = restartAndCount(ctx, bd.cluster, bd.cp, m, want()); err != nil {
+		bd.fail(err)
+	}
+	if m, figures.probed, figures.probe, err = restartWithProbe(ctx, bd, m); err != nil {
+		bd.fail(err)
+	}
+	managed++
+	sizes = append(sizes, figures)
+
+	for i := range *repeat {
+		c := comparison{workload: fmt.Sprintf("%s@%d", w.name, *existing)}
+		if *repeat > 1 {
+			c.workload += fmt.Sprintf("#%d", i+1)
+		}
+		m.program.Stop()
+		b.Run(c.workload+"/floor", func(b *testing.B) {
+			c.floor = bd.run(b, w, floorWriter, fmt.Sprintf("floor%d-", i+1), nil, loadOptions{shape: func(_ int, tj *trainer.TrainJob) {
+				tj.Spec.ManagedBy = ptr.To(trainer.MultiKueueControllerName)
+			}})
+		})
+		if m, err = startManager(bd.cluster); err != nil {
+			bd.fail(err)
+		}
+		if err := m.settle(want()); err != nil {
+			bd.fail(err)
+		}
+		b.Run(c.workload+"/operator", func(b *testing.B) {
+			c.operator = bd.run(b, w, operatorWriter, fmt.Sprintf("op%d-", i+1), m, loadOptions{})
+		})
+		managed += *count
+		if c.floor != nil && c.operator != nil {
+			comparisons = append(comparisons, c)
+		}
+	}
+}
+
+// populate has the running manager make n TrainJobs, named old-0 and on, mixed as a cluster
+// holds them, then finishes those that are neither suspended nor queued.
+func populate(ctx context.Context, bd *bed, n int) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs, err := watch(ctx, bd.cluster.Env.Config, "old-", n)
+	if err != nil {
+		return err
+	}
+	running := existingCompleted + existingFailed
+	shape := func(i int, tj *trainer.TrainJob) {
+		switch {
+		case i%10 < running:
+		case i%10 < running+existingSuspended:
+			tj.Spec.Suspend = ptr.To(true)
+		default:
+			tj.Spec.Suspend = ptr.To(true)
+			tj.Labels = map[string]string{kueueQueueLabel: "bench"}
+		}
+	}
+	if err := load(ctx, bd.cluster.Client, bd.rt, operatorWriter, obs, n, loadOptions{clients: 32, shape: shape}); err != nil {
+		return err
+	}
+	if err := obs.wait(time.Hour); err != nil {
+		return err
+	}
+	var finish []int
+	for i := range n {
+		if i%10 < running {
+			finish = append(finish, i)
+		}
+	}
+	return finishJobSets(ctx, bd.cluster.Client, obs, finish, func(i int) bool { return i%10 < existingCompleted })
+}
+
+// restartWithProbe stops the manager, creates a TrainJob, starts the manager again, and measures
+// from its workers' start (its caches synced) to that TrainJob's JobSet.
+func restartWithProbe(ctx context.Context, bd *bed, m *manager) (*manager, *restarted, time.Duration, error) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs, err := watch(ctx, bd.cluster.Env.Config, "probe-", 1)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	m.program.Stop()
+	if err := load(ctx, bd.cluster.Client, bd.rt, operatorWriter, obs, 1, loadOptions{}); err != nil {
+		return nil, nil, 0, err
+	}
+	start := time.Now()
+	if m, err = startManager(bd.cluster); err != nil {
+		return nil, nil, 0, err
+	}
+	r := &restarted{ready: time.Since(start)}
+	if err := obs.wait(time.Minute); err != nil {
+		return nil, nil, 0, err
+	}
+	return m, r, obs.last().Sub(start.Add(r.ready)), nil
+}
+
+// printSizes prints what the restarts at size took and wrote.
+func printSizes(out io.Writer) {
+	if len(sizes) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nRestarts with %d TrainJobs existing (%d0%% finished, %d0%% suspended or queued) and those of the runs before\n\n",
+		*existing, existingCompleted+existingFailed, 10-existingCompleted-existingFailed)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tready s\tsteady s\twrites\twith a TrainJob made while stopped: ready s\tits JobSet after ready s\t")
+	for _, s := range sizes {
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", s.workload, s.quiet.ready.Seconds(), s.quiet.steady.Seconds(),
+			s.quiet.writes.total(), s.probed.ready.Seconds(), s.probe.Seconds())
+	}
+	_ = w.Flush()
+	for _, s := range sizes {
+		for _, k := range s.quiet.writes.kinds() {
+			fmt.Fprintf(out, "  %s: %s\t%.0f\n", s.workload, k, s.quiet.writes[k])
+		}
+	}
+}
