@@ -32,6 +32,8 @@ type atSize struct {
 	// was stopped, whose JobSet appeared probe after the restarted manager's workers started.
 	quiet, probed *restarted
 	probe         time.Duration
+	// restartRSS is the peak RSS of the manager of the quiet restart, once steady.
+	restartRSS uint64
 }
 
 // sizes are the at-size figures, printed at the end.
@@ -40,7 +42,8 @@ var sizes []atSize
 // measureAtSize measures a workload's -repeat pairs in one API server that holds -existing
 // TrainJobs, mixed as a cluster holds them, made by the operator itself. Before the pairs, it
 // restarts the manager twice: once to count what a restart at size writes and how long it takes,
-// once with a TrainJob created while the manager was stopped. For each floor run the manager is
+// once with a TrainJob created while the manager was stopped (-manager-profile profiles the
+// first's first 30 seconds). For each floor run the manager is
 // stopped, and the floor's TrainJobs are managed by MultiKueue, so that the operator leaves them
 // alone when it runs again; for each operator run it is started again and settles first.
 func measureAtSize(b *testing.B, w workload) {
@@ -67,8 +70,20 @@ func measureAtSize(b *testing.B, w workload) {
 		return float64(managed)
 	}
 	figures := atSize{workload: w.name}
-	if m, figures.quiet, err = restartAndCount(ctx, bd.cluster, bd.cp, m, want()); err != nil {
+	profile := ""
+	if *managerProfile != "" {
+		profile = *managerProfile + ".restart." + w.name
+	}
+	if m, figures.quiet, err = restartAndCount(ctx, bd.cluster, bd.cp, m, want(), profile); err != nil {
 		bd.fail(err)
+	}
+	if figures.restartRSS, err = m.peakRSS(); err != nil {
+		bd.fail(err)
+	}
+	if *managerHeap != "" {
+		if err := m.heap(*managerHeap + ".restart." + w.name); err != nil {
+			bd.fail(err)
+		}
 	}
 	if m, figures.probed, figures.probe, err = restartWithProbe(ctx, bd, m); err != nil {
 		bd.fail(err)
@@ -170,10 +185,10 @@ func printSizes(out io.Writer) {
 	fmt.Fprintf(out, "\nRestarts with %d TrainJobs existing (%d0%% finished, %d0%% suspended or queued) and those of the runs before\n\n",
 		*existing, existingCompleted+existingFailed, 10-existingCompleted-existingFailed)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workload\tready s\tsteady s\twrites\twith a TrainJob made while stopped: ready s\tits JobSet after ready s\t")
+	fmt.Fprintln(w, "workload\tready s\tsteady s\twrites\tpeak RSS MiB\twith a TrainJob made while stopped: ready s\tits JobSet after ready s\t")
 	for _, s := range sizes {
-		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", s.workload, s.quiet.ready.Seconds(), s.quiet.steady.Seconds(),
-			s.quiet.writes.total(), s.probed.ready.Seconds(), s.probe.Seconds())
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.2f\t\n", s.workload, s.quiet.ready.Seconds(), s.quiet.steady.Seconds(),
+			s.quiet.writes.total(), float64(s.restartRSS)/(1<<20), s.probed.ready.Seconds(), s.probe.Seconds())
 	}
 	_ = w.Flush()
 	for _, s := range sizes {

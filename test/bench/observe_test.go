@@ -292,6 +292,15 @@ type manager struct {
 }
 
 func startManager(cluster *testenv.Cluster) (*manager, error) {
+	m, err := launchManager(cluster)
+	if err != nil {
+		return nil, err
+	}
+	return m, m.waitForWorkers()
+}
+
+// launchManager starts the manager without waiting for it.
+func launchManager(cluster *testenv.Cluster) (*manager, error) {
 	kubeconfig, err := cluster.OperatorKubeconfig(context.Background(), "manager")
 	if err != nil {
 		return nil, err
@@ -310,10 +319,7 @@ func startManager(cluster *testenv.Cluster) (*manager, error) {
 	m.program, err = cluster.StartProgram("manager", env,
 		"--metrics-bind-address="+m.metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0",
 		"--pprof-bind-address="+m.pprofAddr)
-	if err != nil {
-		return nil, err
-	}
-	return m, m.waitForWorkers()
+	return m, err
 }
 
 // waitForWorkers waits until every controller of the manager has its cache and started its
@@ -352,9 +358,17 @@ func (m *manager) peakRSS() (uint64, error) {
 	return st.VmHWM, nil
 }
 
-// profile writes a CPU profile of the manager over the next seconds to path.
+// profile writes a CPU profile of the manager over the next seconds to path. A manager just
+// launched is given a few seconds to serve it.
 func (m *manager) profile(path string, seconds int) error {
-	return m.pprof(path, fmt.Sprintf("profile?seconds=%d", seconds))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := m.pprof(path, fmt.Sprintf("profile?seconds=%d", seconds))
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // heap writes a heap profile of the manager, after a garbage collection, to path.
@@ -457,7 +471,7 @@ func restartManager(ctx context.Context, cluster *testenv.Cluster, cp *controlPl
 	if w.coscheduling {
 		want *= 2
 	}
-	_, r, err := restartAndCount(ctx, cluster, cp, m, want)
+	_, r, err := restartAndCount(ctx, cluster, cp, m, want, "")
 	if err != nil {
 		return nil, err
 	}
@@ -516,15 +530,25 @@ type restarted struct {
 }
 
 // restartAndCount stops the manager, starts it again, and waits until it has reconciled at least
-// want times and its queues stayed empty, counting its writes.
-func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, want float64) (*manager, *restarted, error) {
+// want times and its queues stayed empty, counting its writes. With profile, it writes a CPU
+// profile of the restarted manager's first 30 seconds there.
+func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, want float64, profile string) (*manager, *restarted, error) {
 	m.program.Stop()
 	before, err := cp.sample(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	start := time.Now()
-	if m, err = startManager(cluster); err != nil {
+	if m, err = launchManager(cluster); err != nil {
+		return nil, nil, err
+	}
+	profiled := make(chan error, 1)
+	if profile != "" {
+		go func() { profiled <- m.profile(profile, 30) }()
+	} else {
+		profiled <- nil
+	}
+	if err := m.waitForWorkers(); err != nil {
 		return nil, nil, err
 	}
 	r := &restarted{ready: time.Since(start)}
@@ -534,6 +558,9 @@ func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlP
 	r.steady = time.Since(start) - settleQuiet
 	after, err := cp.sample(ctx)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := <-profiled; err != nil {
 		return nil, nil, err
 	}
 	// Leases are the API server's own (the manager runs without leader election).
