@@ -220,8 +220,8 @@ func asObject(ac runtime.ApplyConfiguration) (*unstructured.Unstructured, error)
 }
 
 // ownsRuntime is the gang controller's filter: runtimes whose gang policy needs a PodGroup.
-func (r *GangReconciler) ownsRuntime(spec *trainer.TrainingRuntimeSpec) bool {
-	return spec != nil && gang.PodGroupObject(spec.PodGroupPolicy) != nil
+func (r *GangReconciler) ownsRuntime(p trainingruntime.Policies) bool {
+	return gang.NeedsPodGroup(p.PodGroup)
 }
 
 // ignoreNoMatch drops the error of a PodGroup kind whose CRD is not installed: retrying cannot

@@ -291,7 +291,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 // owns is true: those of their events that changes passes, and the events of the runtimes they
 // use, for the runtimes ownsRuntime takes.
 func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) bool,
-	ownsRuntime func(*trainer.TrainingRuntimeSpec) bool, changes predicate.Predicate, opts Options) *builder.Builder {
+	ownsRuntime func(trainingruntime.Policies) bool, changes predicate.Predicate, opts Options) *builder.Builder {
 	c := mgr.GetClient()
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return owns(o.(*trainer.TrainJob)) })
 	return ctrl.NewControllerManagedBy(mgr).

@@ -40,11 +40,17 @@ const (
 // DefaultScheduleTimeoutSeconds is the Coscheduling timeout when the runtime sets none.
 const DefaultScheduleTimeoutSeconds = 60
 
+// NeedsPodGroup reports whether the policy needs a PodGroup the operator writes: Coscheduling's or
+// Volcano's, not KAI's, whose PodGroup KAI makes.
+func NeedsPodGroup(policy *trainer.PodGroupPolicy) bool {
+	return policy != nil && (policy.Coscheduling != nil || policy.Volcano != nil)
+}
+
 // PodGroupObject returns an empty PodGroup of the kind the policy needs, to look it up by name,
-// or nil when the policy needs none: no gang scheduling, or KAI's, whose PodGroup KAI makes.
+// or nil when the policy needs none (NeedsPodGroup).
 func PodGroupObject(policy *trainer.PodGroupPolicy) client.Object {
 	switch {
-	case policy == nil:
+	case !NeedsPodGroup(policy):
 		return nil
 	case policy.Coscheduling != nil:
 		return &schedulerpluginsv1alpha1.PodGroup{}

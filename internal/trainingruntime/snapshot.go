@@ -183,6 +183,27 @@ func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*R
 	return Recorded(tj), nil
 }
 
+// Policies are the parts of a runtime that decide which controllers reconcile its TrainJobs.
+type Policies struct {
+	ML       *trainer.MLPolicy
+	PodGroup *trainer.PodGroupPolicy
+}
+
+// PoliciesOf are the policies of the runtime a TrainJob runs with (ForTrainJob): its snapshot's,
+// once it records one, else the runtime's as it is, or none when that cannot be read. It copies
+// and allocates nothing for a recorded snapshot: every event of every TrainJob asks it, once per
+// controller.
+func PoliciesOf(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (Policies, error) {
+	if snap := tj.Status.RuntimeSnapshot; snap != nil && tj.Status.ObservedGeneration > 0 {
+		return Policies{ML: snap.MLPolicy, PodGroup: snap.PodGroupPolicy}, nil
+	}
+	rt, err := Resolve(ctx, c, tj)
+	if err != nil {
+		return Policies{}, err
+	}
+	return Policies{ML: rt.Spec.MLPolicy, PodGroup: rt.Spec.PodGroupPolicy}, nil
+}
+
 // Recorded is the runtime of the snapshot a TrainJob's status records (its summary: Load reads
 // the whole of it), or nil when it records none.
 func Recorded(tj *trainer.TrainJob) *Runtime {
