@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -119,7 +121,8 @@ func measureAtSize(b *testing.B, w workload) {
 }
 
 // populate has the running manager make n TrainJobs, named old-0 and on, mixed as a cluster
-// holds them, then finishes those that are neither suspended nor queued.
+// holds them, with trainers as the SDK writes them, then finishes those that are neither
+// suspended nor queued.
 func populate(ctx context.Context, bd *bed, n int) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -129,6 +132,7 @@ func populate(ctx context.Context, bd *bed, n int) error {
 	}
 	running := existingCompleted + existingFailed
 	shape := func(i int, tj *trainer.TrainJob) {
+		tj.Spec.Trainer = sdkTrainer()
 		switch {
 		case i%10 < running:
 		case i%10 < running+existingSuspended:
@@ -152,6 +156,65 @@ func populate(ctx context.Context, bd *bed, n int) error {
 	}
 	return finishJobSets(ctx, bd.cluster.Client, obs, finish, func(i int) bool { return i%10 < existingCompleted })
 }
+
+// sdkTrainer is a trainer as Kubeflow's Python SDK writes it for a training function: the
+// function's source in its arguments, run by torchrun, with an image, GPUs and a few variables.
+// A cluster's TrainJobs are mostly the SDK's, and their trainers are most of their size.
+func sdkTrainer() *trainer.Trainer {
+	return &trainer.Trainer{
+		NumNodes: ptr.To[int32](2),
+		Image:    ptr.To("pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"),
+		Command:  []string{"bash", "-c"},
+		Args:     []string{sdkScript},
+		Env: []corev1.EnvVar{
+			{Name: "HF_HOME", Value: "/workspace/cache"}, {Name: "WANDB_PROJECT", Value: "bench"}, {Name: "LEARNING_RATE", Value: "3e-4"},
+		},
+		ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			"nvidia.com/gpu": resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("512Gi"),
+		}},
+	}
+}
+
+// sdkScript is what the SDK's arguments look like: packages to install, then the function.
+const sdkScript = `
+if ! [ -x "$(command -v pip)" ]; then
+    python -m ensurepip || python -m ensurepip --user || apt-get install python-pip
+fi
+PIP_DISABLE_PIP_VERSION_CHECK=1 python -m pip install --quiet --no-warn-script-location --user transformers datasets accelerate
+read -r -d '' SCRIPT << EOM
+def train_fn(lr: float = 3e-4, epochs: int = 3):
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+    from datasets import load_dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dist.init_process_group(backend="nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen2.5-0.5B")
+    model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2.5-0.5B").cuda()
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    data = load_dataset("tatsu-lab/alpaca", split="train")
+    data = data.map(lambda x: tokenizer(x["text"], truncation=True, max_length=512), batched=True)
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        for step, batch in enumerate(loader):
+            loss = model(**{k: v.cuda() for k, v in batch.items()}, labels=batch["input_ids"].cuda()).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step % 100 == 0 and dist.get_rank() == 0:
+                print(f"epoch={epoch} step={step} loss={loss.item():.4f}")
+    dist.destroy_process_group()
+
+train_fn(**{'lr': 0.0003, 'epochs': 3})
+EOM
+printf "%s" "$SCRIPT" > "$PWD/train_fn.py"
+torchrun "$PWD/train_fn.py"`
 
 // restartWithProbe stops the manager, creates a TrainJob, starts the manager again, and measures
 // from its workers' start (its caches synced) to that TrainJob's JobSet.
