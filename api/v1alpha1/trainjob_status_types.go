@@ -164,6 +164,7 @@ type TrainJobStatus struct {
 	// ObservedGeneration is the TrainJob's generation its JobSet was last made from, or brought
 	// in line with.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions of the TrainJob. By default, upstream Kubeflow Trainer's: Suspended while the

@@ -22,6 +22,8 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
 // podGroupKinds are the PodGroups the gang controller writes. Their CRDs may be missing.
@@ -103,8 +105,9 @@ func keepPodGroupSummary(obj any) (any, error) {
 }
 
 // keepTrainJob keeps all of a TrainJob but its managed fields and the copy of it that `kubectl
-// apply` keeps in an annotation, and shares its common strings. The controllers write a
-// TrainJob's status only, and the API server takes nothing but the status from such a write.
+// apply` keeps in an annotation, and shares its common strings; of a finished one, not what only
+// builds its children (forgetBuild). The controllers write a TrainJob's status only, and the API
+// server takes nothing but the status from such a write.
 func keepTrainJob(obj any) (any, error) {
 	if tj, ok := obj.(*trainer.TrainJob); ok {
 		delete(tj.Annotations, corev1.LastAppliedConfigAnnotation)
@@ -115,8 +118,26 @@ func keepTrainJob(obj any) (any, error) {
 		for i := range tj.Status.JobsStatus {
 			tj.Status.JobsStatus[i].Name = intern(tj.Status.JobsStatus[i].Name)
 		}
+		if snap := tj.Status.RuntimeSnapshot; snap != nil {
+			snap.Digest = intern(snap.Digest) // One per version of a runtime.
+		}
+		if tj.Finished() {
+			forgetBuild(&tj.Spec)
+		}
 	}
 	return shareMetadata(obj)
+}
+
+// forgetBuild drops from a finished TrainJob's spec what only builds its children: its trainer
+// but its size, its initializer, overrides, patches, and the labels and annotations of its pods.
+// A finished TrainJob is final: it is never built again, and these can be most of its size (the
+// SDK puts a training function's whole source in spec.trainer.args). What is still read of it
+// stays: its runtime, managedBy, suspend, deadlines and TTL.
+func forgetBuild(spec *trainer.TrainJobSpec) {
+	if t := spec.Trainer; t != nil {
+		spec.Trainer = &trainer.Trainer{NumNodes: t.NumNodes}
+	}
+	spec.Initializer, spec.PodSpecOverrides, spec.RuntimePatches, spec.Labels, spec.Annotations = nil, nil, nil, nil, nil
 }
 
 // shareMetadata drops an object's managed fields and makes it share, with every other cached
@@ -159,13 +180,26 @@ func shareConditions(conditions []metav1.Condition) {
 	}
 }
 
-// shareKeys returns a map whose keys are shared with every other cached object's.
+// repeatedValues are the annotations the operator writes whose values few TrainJobs differ in:
+// the digest of a runtime's copy (one per version of a runtime), the trainer's Job and the
+// training's shape.
+var repeatedValues = map[string]bool{
+	trainingruntime.DigestAnnotation: true,
+	framework.TrainerJobAnnotation:   true,
+	framework.TrainingPodsAnnotation: true,
+}
+
+// shareKeys returns a map whose keys are shared with every other cached object's, and so are
+// the values of repeatedValues.
 func shareKeys(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
 	shared := make(map[string]string, len(m))
 	for k, v := range m {
+		if repeatedValues[k] {
+			v = intern(v)
+		}
 		shared[intern(k)] = v
 	}
 	return shared

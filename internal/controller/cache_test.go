@@ -2,6 +2,7 @@ package controller
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -9,13 +10,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
 // testdataObjects returns a function that decodes a file of testdata anew at each call, as a
@@ -49,6 +53,29 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 		want.ManagedFields = nil
 		want.Annotations = map[string]string{"team": "vision"}
 		assert.Empty(t, cmp.Diff(want, transformed(t, keepTrainJob, tj.DeepCopy())))
+	})
+	t.Run("finished TrainJob: not what only builds its children", func(t *testing.T) {
+		tj := testdataObjects(t, "testdata/cached-trainjob.json")().(*trainer.TrainJob)
+		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2), Image: ptr.To("pytorch"), Args: []string{"-c", "def train(): ..."}}
+		tj.Spec.Initializer = &trainer.Initializer{}
+		tj.Spec.Labels, tj.Spec.Annotations = map[string]string{"team": "vision"}, map[string]string{"note": "x"}
+		tj.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{TargetJobs: []string{"node"}}}
+		tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "sdk"}}
+		tj.Spec.TTLSecondsAfterFinished, tj.Spec.ActiveDeadlineSeconds = ptr.To[int32](60), ptr.To[int64](600)
+		running := transformed(t, keepTrainJob, tj.DeepCopy()).(*trainer.TrainJob)
+		assert.Empty(t, cmp.Diff(tj.Spec, running.Spec), "a TrainJob that runs keeps its whole spec")
+
+		tj.Status.Conditions = append(tj.Status.Conditions, metav1.Condition{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue, Reason: "JobSetCompleted"})
+		want := tj.Spec.DeepCopy()
+		want.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)}
+		want.Initializer, want.Labels, want.Annotations, want.PodSpecOverrides, want.RuntimePatches = nil, nil, nil, nil, nil
+		finished := transformed(t, keepTrainJob, tj.DeepCopy()).(*trainer.TrainJob)
+		assert.Empty(t, cmp.Diff(*want, finished.Spec))
+		assert.Equal(t, tj.Status, finished.Status, "its status is whole")
+
+		tj.Spec.Trainer = nil
+		finished = transformed(t, keepTrainJob, tj.DeepCopy()).(*trainer.TrainJob)
+		assert.Nil(t, finished.Spec.Trainer, "no trainer stays none")
 	})
 	t.Run("JobSet: metadata but managed fields and labels, spec.suspend, status", func(t *testing.T) {
 		js := testdataObjects(t, "testdata/cached-jobset.json")().(*jobsetv1alpha2.JobSet)
@@ -85,11 +112,19 @@ func TestCachedObjectsShareTheirCommonStrings(t *testing.T) {
 	assert.True(t, same(a.Status.Conditions[0].Reason, b.Status.Conditions[0].Reason), "a condition's reason")
 	assert.False(t, same(string(a.UID), string(b.UID)), "the UID is each object's own")
 
-	jobSets := testdataObjects(t, "testdata/cached-jobset.json")
-	c := transformed(t, keepJobSetSummary, jobSets()).(*jobsetv1alpha2.JobSet)
-	d := transformed(t, keepJobSetSummary, jobSets()).(*jobsetv1alpha2.JobSet)
+	decodeJobSet := testdataObjects(t, "testdata/cached-jobset.json")
+	jobSet := func() kruntime.Object {
+		js := decodeJobSet().(*jobsetv1alpha2.JobSet)
+		js.Annotations[trainingruntime.DigestAnnotation] = strings.Clone("sha256:b3259b2310b82377992927ff18701f394f5301f9601ad073d413b84ee967642c")
+		return js
+	}
+	c := transformed(t, keepJobSetSummary, jobSet()).(*jobsetv1alpha2.JobSet)
+	d := transformed(t, keepJobSetSummary, jobSet()).(*jobsetv1alpha2.JobSet)
 	require.NotEmpty(t, c.OwnerReferences)
 	assert.True(t, same(c.OwnerReferences[0].APIVersion, d.OwnerReferences[0].APIVersion), "an owner's apiVersion")
+	assert.True(t, same(c.Annotations[trainingruntime.DigestAnnotation], d.Annotations[trainingruntime.DigestAnnotation]),
+		"the digest of the runtime's copy, one per version of a runtime")
+	assert.False(t, same(string(c.UID), string(d.UID)), "the UID is each object's own")
 	for k := range c.Annotations {
 		for l := range d.Annotations {
 			if k == l {

@@ -497,8 +497,8 @@ func refusalBackoff(refused int) time.Duration {
 func podGroupCopy(tj *trainer.TrainJob, rt *trainingruntime.Runtime, js *jobsetv1alpha2.JobSet) (digest string, fromJobSet bool, _ error) {
 	if js != nil && framework.Built(js, tj, rt.Spec.MLPolicy) {
 		digest := js.Annotations[trainingruntime.DigestAnnotation]
-		if recorded := tj.Status.RuntimeSnapshot; digest != "" && recorded != nil && tj.Status.ObservedGeneration > 0 {
-			digest = recorded.Digest // What the JobSet was built from; its annotation may have been changed since.
+		if digest != "" && trainingruntime.SnapshotRecorded(tj) {
+			digest = tj.Status.RuntimeSnapshot.Digest // What the JobSet was built from; its annotation may have been changed since.
 		}
 		return digest, true, nil
 	}
@@ -516,7 +516,7 @@ func (r *TrainJobReconciler) runtimeOf(ctx context.Context, tj *trainer.TrainJob
 	if js != nil {
 		digest = js.Annotations[trainingruntime.DigestAnnotation]
 	}
-	if digest == "" || (tj.Status.RuntimeSnapshot != nil && tj.Status.ObservedGeneration > 0) {
+	if digest == "" || trainingruntime.SnapshotRecorded(tj) {
 		// A recorded copy is the one: a JobSet's annotation, which its writers may change, never
 		// replaces it.
 		return trainingruntime.ForTrainJob(ctx, r.client, tj)

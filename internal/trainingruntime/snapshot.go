@@ -177,10 +177,17 @@ func digest(data []byte) string {
 // built from it is the one it is built from. (Earlier releases recorded the copy before the
 // first JobSet: such a record, with no JobSet made, is not one yet.)
 func ForTrainJob(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*Runtime, error) {
-	if tj.Status.RuntimeSnapshot == nil || tj.Status.ObservedGeneration == 0 {
+	if !SnapshotRecorded(tj) {
 		return Resolve(ctx, c, tj)
 	}
 	return Recorded(tj), nil
+}
+
+// SnapshotRecorded reports whether the TrainJob's status records the snapshot its JobSet was
+// made from: a snapshot, and a JobSet made (status.observedGeneration, which admission keeps at
+// 0 or more).
+func SnapshotRecorded(tj *trainer.TrainJob) bool {
+	return tj.Status.RuntimeSnapshot != nil && tj.Status.ObservedGeneration > 0
 }
 
 // Policies are the parts of a runtime that decide which controllers reconcile its TrainJobs.
@@ -194,7 +201,8 @@ type Policies struct {
 // and allocates nothing for a recorded snapshot: every event of every TrainJob asks it, once per
 // controller.
 func PoliciesOf(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (Policies, error) {
-	if snap := tj.Status.RuntimeSnapshot; snap != nil && tj.Status.ObservedGeneration > 0 {
+	if SnapshotRecorded(tj) {
+		snap := tj.Status.RuntimeSnapshot
 		return Policies{ML: snap.MLPolicy, PodGroup: snap.PodGroupPolicy}, nil
 	}
 	rt, err := Resolve(ctx, c, tj)
