@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -127,6 +128,12 @@ func main() {
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	// Under the container's memory limit, which the install passes as MEMORY_LIMIT, unless
+	// GOMEMLIMIT says otherwise (controller.SoftMemoryLimit).
+	if limit, ok := controller.SoftMemoryLimit(os.Getenv("MEMORY_LIMIT")); ok && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(limit)
+		setupLog.Info("Keeping the heap under the container's memory limit", "softLimitBytes", limit)
+	}
 	if errs := validation.IsDNS1123Subdomain(clusterDomain); len(errs) > 0 {
 		exitOn(errors.New(strings.Join(errs, "; ")), "--cluster-domain must be a DNS domain such as cluster.local")
 	}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,4 +22,19 @@ func RetryStartup(log logr.Logger, what string, step func() error) error {
 		log.Info("Trying again: the API server failed", "step", what, "error", err.Error())
 		return true
 	}, step)
+}
+
+// SoftMemoryLimit is the memory the Go runtime keeps the manager under, collecting more often as
+// it nears it, for a container limited to containerLimit bytes (the MEMORY_LIMIT the install
+// sets from the container's limits.memory): nine tenths of it, the rest left for what the Go
+// runtime does not count (the executable's pages). A manager that starts with tens of thousands
+// of TrainJobs decodes them all at once, and without a limit its heap grows to twice what it
+// keeps: past the container's limit, where the kernel would kill it at each start. ok is false
+// when containerLimit is not a number of bytes.
+func SoftMemoryLimit(containerLimit string) (limit int64, ok bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(containerLimit), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n / 10 * 9, true
 }

@@ -44,6 +44,14 @@ func TestTheKustomizeInstallRuns(t *testing.T) {
 	}))
 	installRuntimes(t)
 
+	t.Run("each manager keeps its heap under its container's memory limit", func(t *testing.T) {
+		for _, p := range managerPods(t, in.Namespace) {
+			data, err := clientset(t).CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			require.NoError(t, err)
+			assert.Contains(t, string(data), `"softLimitBytes":966367638`, "pod %s: nine tenths of its limit of 1Gi", p.Name)
+		}
+	})
+
 	t.Run("the samples run to Complete", func(t *testing.T) {
 		for _, tj := range applySamples(t, samples) {
 			if tj.Spec.RuntimeRef.Name == "torch-kai" {

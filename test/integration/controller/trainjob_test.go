@@ -119,6 +119,8 @@ func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
 			ctx := context.Background()
 			ns, runtime := setup(t)
 			tj := utiltesting.MakeTrainJob("job", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+			tj.Spec.Trainer = &trainer.Trainer{Args: []string{"-c", "def train(): ..."}}
+			tj.Spec.Labels = map[string]string{"team": "vision"}
 			require.NoError(t, k8sClient.Create(ctx, tj))
 			js := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
 			finished := func(node jobsetv1alpha2.ReplicatedJobStatus) jobsetv1alpha2.JobSetStatus {
@@ -151,6 +153,10 @@ func TestJobSetTerminalStateFinishesTheTrainJob(t *testing.T) {
 				assert.Equal(c, []trainer.JobStatus{{Name: "node", Succeeded: 2, Failed: 2}}, tj.Status.JobsStatus)
 			})
 			assert.Equal(t, got.Status.Conditions, after.Status.Conditions)
+			// The operator's cache keeps a finished TrainJob without what only builds it; its status
+			// writes, made from that copy, leave the spec whole.
+			assert.Equal(t, got.Spec, after.Spec)
+			assert.Equal(t, []string{"-c", "def train(): ..."}, after.Spec.Trainer.Args)
 
 			// Terminal means final: a deleted JobSet is not recreated.
 			require.NoError(t, k8sClient.Delete(ctx, js, client.PropagationPolicy(metav1.DeletePropagationBackground)))
