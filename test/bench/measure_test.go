@@ -166,9 +166,18 @@ func (bd *bed) run(b *testing.B, w workload, wr writer, prefix string, mgr *mana
 		}
 	}
 
-	profiled := make(chan error, 1)
+	profiled := make(chan error, 2)
 	if mgr != nil && *managerProfile != "" {
 		go func() { profiled <- mgr.profile(*managerProfile+"."+w.name, 15) }()
+	} else {
+		profiled <- nil
+	}
+	if *apiProfile != "" {
+		side := "floor"
+		if wr == operatorWriter {
+			side = "operator"
+		}
+		go func() { profiled <- bd.cp.profile(ctx, fmt.Sprintf("%s.%s.%s", *apiProfile, w.name, side), 15) }()
 	} else {
 		profiled <- nil
 	}
@@ -181,8 +190,10 @@ func (bd *bed) run(b *testing.B, w workload, wr writer, prefix string, mgr *mana
 		fail(err)
 	}
 	end := obs.last()
-	if err := <-profiled; err != nil {
-		fail(err)
+	for range 2 {
+		if err := <-profiled; err != nil {
+			fail(err)
+		}
 	}
 	if mgr != nil && *managerHeap != "" {
 		if err := mgr.heap(*managerHeap + "." + w.name); err != nil {

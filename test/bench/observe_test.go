@@ -189,6 +189,17 @@ func findControlPlane(cluster *testenv.Cluster) (*controlPlane, error) {
 	return cp, err
 }
 
+// profile writes a CPU profile of the API server over the next seconds to path (its
+// --profiling, on by default, read with the administrator's credentials).
+func (cp *controlPlane) profile(ctx context.Context, path string, seconds int) error {
+	data, err := cp.metrics.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).
+		Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
 // sample is the control plane's counters at a moment.
 type sample struct {
 	apiCPU, etcdCPU time.Duration
