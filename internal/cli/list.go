@@ -59,9 +59,10 @@ func (l *listOptions) run(ctx context.Context) error {
 	}
 	t := newTable(l.Out, l.allNamespaces)
 	err = trainJobWatcher{
-		listed: func(all []trainer.TrainJob) {
-			for i := range all {
-				t.print(&all[i], time.Now())
+		// Each page as it comes: the first rows of a cluster's 50,000 TrainJobs show at once.
+		page: func(items []trainer.TrainJob) {
+			for i := range items {
+				t.print(&items[i], time.Now())
 			}
 			_ = t.w.Flush()
 		},
@@ -83,8 +84,9 @@ func noTrainJobs(all bool, ns string) string {
 	return fmt.Sprintf("No TrainJobs found in %s namespace.", ns)
 }
 
-// table prints TrainJobs as rows under one header, as kubectl get does: a list is aligned as a
-// whole, and with a watch each change is flushed as it comes.
+// table prints TrainJobs as rows under one header, as kubectl get does: each page of a list is
+// flushed as it comes (a column wider on a later page widens from there on), and with a watch
+// each change.
 type table struct {
 	w             *tabwriter.Writer
 	allNamespaces bool

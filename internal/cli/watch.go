@@ -18,7 +18,10 @@ const listPage = 500
 // trainJobWatcher is told what a list and a watch of TrainJobs see: listed gets every TrainJob
 // there is (again after the watch fell too far behind to resume), changed each change after.
 type trainJobWatcher struct {
-	listed  func([]trainer.TrainJob)
+	listed func([]trainer.TrainJob)
+	// page, if set, is told each page of a list as it is read, and listed then none: a terminal
+	// shows the first of 50,000 TrainJobs as soon as they come.
+	page    func([]trainer.TrainJob)
 	changed func(watch.EventType, *trainer.TrainJob)
 	// watching, if set, is told each time a watch has begun.
 	watching func()
@@ -45,9 +48,15 @@ func (w trainJobWatcher) list(ctx context.Context, c *clients, opts []client.Lis
 		if err := c.List(ctx, &page, append(opts, client.Limit(listPage), client.Continue(cont))...); err != nil {
 			return "", err
 		}
-		all = append(all, page.Items...)
+		if w.page != nil {
+			w.page(page.Items)
+		} else {
+			all = append(all, page.Items...)
+		}
 		if cont = page.Continue; cont == "" {
-			w.listed(all)
+			if w.page == nil {
+				w.listed(all)
+			}
 			return page.ResourceVersion, nil
 		}
 	}

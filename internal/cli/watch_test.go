@@ -76,6 +76,18 @@ func TestTheListReadsEachPageApart(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("tj-%04d", i), tj.Name)
 		assert.Equal(t, labels(i), tj.Labels, "TrainJob %s", tj.Name)
 	}
+
+	// A terminal's list is told each page as it comes, and the whole never.
+	var pages [][]trainer.TrainJob
+	w = trainJobWatcher{
+		page:   func(tjs []trainer.TrainJob) { pages = append(pages, tjs) },
+		listed: func([]trainer.TrainJob) { t.Error("told the whole list") },
+	}
+	_, err = w.list(ctx, &clients{WithWatch: c, namespace: ns}, []client.ListOption{client.InNamespace(ns)})
+	require.NoError(t, err)
+	require.Len(t, pages, 2)
+	assert.Len(t, pages[0], listPage)
+	assert.Equal(t, fmt.Sprintf("tj-%04d", n-1), pages[1][len(pages[1])-1].Name)
 }
 
 // TestTheEventsReadAreTheTrainJobsOnly: describe and the console read the events of the TrainJob
