@@ -54,9 +54,9 @@ const refusedRetry = 10 * time.Second
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;patch
 
-// Reconcile writes a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Building
-// failures and missing CRDs are reported by the framework controller, in the TrainJob's status;
-// so is a PodGroup that cannot be written, from the report this leaves.
+// Reconcile writes a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Missing CRDs
+// are reported by the framework controller, in the TrainJob's status; so are a TrainJob that
+// cannot be built and a PodGroup that cannot be written, from the report this leaves.
 func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tj, err := managedTrainJob(ctx, r.client, req)
 	if tj == nil || tj.Finished() {
@@ -78,6 +78,7 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	result, err := r.reconcile(ctx, tj, rt, pg)
 	var refused *refusedError
+	var unbuilt *buildError
 	switch {
 	case apierrors.IsConflict(err):
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
@@ -87,6 +88,12 @@ func (r *GangReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	case errors.As(err, &refused):
 		r.reports.set(tj, trainer.TrainJobPodGroupCreationFailedReason, err.Error())
 		return ctrl.Result{RequeueAfter: refusedRetry}, nil
+	case errors.As(err, &unbuilt):
+		// A change of the TrainJob or its runtime queues it again; a report not taken is told again.
+		if !r.reports.set(tj, trainer.TrainJobJobsBuildFailedReason, err.Error()) {
+			return ctrl.Result{RequeueAfter: refusedRetry}, nil
+		}
+		return ctrl.Result{}, nil
 	case err == nil:
 		r.reports.clear(req.NamespacedName)
 	}
@@ -144,7 +151,10 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	}
 	children, err := pipeline.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
 	if err != nil {
-		return ctrl.Result{}, nil
+		// The framework controller builds the JobSet only once the PodGroup is there, or the
+		// gang controller says it could not build it: the report, which has it build the JobSet
+		// for its error.
+		return ctrl.Result{}, &buildError{err}
 	}
 	owner := client.FieldOwner("trainer.kubeflow.org/" + gangController)
 	obj, err := asObject(children.PodGroup)
@@ -185,6 +195,12 @@ func snapshotRecorded() predicate.Funcs {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
+
+// buildError is a TrainJob that cannot be built from its runtime: nor can its PodGroup.
+type buildError struct{ err error }
+
+func (e *buildError) Error() string { return e.err.Error() }
+func (e *buildError) Unwrap() error { return e.err }
 
 // refusedError is a PodGroup write that the API server refused for what it is (a webhook's or a
 // policy's denial, a quota, an invalid field): writing it again succeeds only once the cause is

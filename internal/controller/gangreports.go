@@ -14,8 +14,9 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
-// gangReports carries what keeps the gang controller from writing a TrainJob's PodGroup (the API
-// server refused it, or a PodGroup of its name is not the TrainJob's) to the TrainJob's framework
+// gangReports carries what keeps the gang controller from writing a TrainJob's PodGroup (the
+// TrainJob cannot be built, the API server refused it, or a PodGroup of its name is not the
+// TrainJob's) to the TrainJob's framework
 // controller, which waits for that PodGroup and is the only writer of the TrainJob's status: it
 // says so in the Created condition. A report is kept in memory only: a new leader's gang
 // controller, which reconciles every TrainJob when it starts, finds it again.
@@ -40,19 +41,23 @@ func newGangReports() *gangReports {
 	return &gangReports{reports: map[types.NamespacedName]gangReport{}}
 }
 
-// set records the report of a TrainJob and queues the TrainJob in the framework controllers.
-func (g *gangReports) set(tj *trainer.TrainJob, reason, message string) {
+// set records the report of a TrainJob and queues the TrainJob in the framework controllers;
+// queued is false when a controller had too many reports not taken yet to take this one.
+func (g *gangReports) set(tj *trainer.TrainJob, reason, message string) (queued bool) {
 	g.mu.Lock()
 	g.reports[client.ObjectKeyFromObject(tj)] = gangReport{uid: tj.UID, reason: reason, message: message}
 	listeners := g.listeners
 	g.mu.Unlock()
 	ev := event.TypedGenericEvent[*trainer.TrainJob]{Object: tj}
+	queued = true
 	for _, l := range listeners {
 		select {
 		case l <- ev:
 		default:
+			queued = false
 		}
 	}
+	return queued
 }
 
 // clear forgets the report of a TrainJob: its PodGroup was written, or it is gone.

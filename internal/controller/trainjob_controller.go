@@ -297,6 +297,18 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		} else if err != nil {
 			return ctrl.Result{}, err
 		}
+		// A JobSet whose pods may start waits for its gang's PodGroup, which the gang controller
+		// builds from the same copy: the JobSet is built once it is there. When the gang
+		// controller could not build it, the TrainJob's own build says why (or, built from the
+		// copy this controller holds, it waits on).
+		waitForGang := false
+		if !suspend {
+			wait, err := r.waitForPodGroup(ctx, tj, rt, js)
+			if err != nil || (wait && !r.gangCannotBuild(tj)) {
+				return ctrl.Result{}, err
+			}
+			waitForGang = wait
+		}
 		// Progress reporting is optional: a TrainJob whose trainer cannot be wired to the
 		// endpoint (its CA cannot be read) is built without it, and told so once it is written.
 		var extra []pipeline.Step
@@ -314,10 +326,8 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsBuildFailedReason, err.Error())
 			return ctrl.Result{}, nil
 		}
-		if !suspend {
-			if wait, err := r.waitForPodGroup(ctx, tj, rt, js); wait || err != nil {
-				return ctrl.Result{}, err
-			}
+		if waitForGang {
+			return ctrl.Result{}, nil
 		}
 		digest, _ := rt.Digest() // A snapshot's: it cannot fail.
 		children.JobSet.WithAnnotations(map[string]string{trainingruntime.DigestAnnotation: digest})
@@ -572,7 +582,8 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 	case err == nil && ours(pg, tj) && gang.Built(pg, tj, rt.Spec.MLPolicy, digest):
 		return false, nil
 	case err == nil, apierrors.IsNotFound(err):
-		if report, ok := r.gangReports.get(tj); ok {
+		// A build that failed is the TrainJob's own build's to say (gangCannotBuild).
+		if report, ok := r.gangReports.get(tj); ok && report.reason != trainer.TrainJobJobsBuildFailedReason {
 			setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, report.reason, report.message)
 		}
 		ctrl.LoggerFrom(ctx).V(2).Info("Waiting for the PodGroup")
@@ -586,6 +597,14 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 	default:
 		return true, err
 	}
+}
+
+// gangCannotBuild reports whether the gang controller could not build the TrainJob's PodGroup
+// because the TrainJob cannot be built: its JobSet is then built too, for the build's own error,
+// and so from the copy of the runtime this controller holds.
+func (r *TrainJobReconciler) gangCannotBuild(tj *trainer.TrainJob) bool {
+	report, ok := r.gangReports.get(tj)
+	return ok && report.reason == trainer.TrainJobJobsBuildFailedReason
 }
 
 // errJobSetExists is write's error when a JobSet of the TrainJob's name exists that the cache
