@@ -151,9 +151,8 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	}
 	children, err := pipeline.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
 	if err != nil {
-		// The framework controller builds the JobSet only once the PodGroup is there, or the
-		// gang controller says it could not build it: the report, which has it build the JobSet
-		// for its error.
+		// The framework controller builds the JobSet only once the PodGroup is there; this
+		// report has it build the JobSet all the same, for the build's own error.
 		return ctrl.Result{}, &buildError{err}
 	}
 	owner := client.FieldOwner("trainer.kubeflow.org/" + gangController)
