@@ -175,7 +175,7 @@ func main() {
 		Scheme:  scheme,
 		Cache:   cacheOpts,
 		Metrics: metricsOpts,
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: operatorwebhook.NewServer(webhook.Options{
 			Host: webhookHost, Port: webhookPort, CertDir: certOpts.CertDir, TLSOpts: tlsOpts,
 		}),
 		HealthProbeBindAddress:  probeAddr,

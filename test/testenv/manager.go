@@ -65,7 +65,7 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		Metrics: metricsserver.Options{BindAddress: c.metricsAddr},
 		// A test's manager has nothing to finish: a long graceful shutdown only slows the suite.
 		GracefulShutdownTimeout: ptr.To(time.Second),
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: operatorwebhook.NewServer(webhook.Options{
 			Host: hooks.LocalServingHost, Port: hooks.LocalServingPort, CertDir: hooks.LocalServingCertDir,
 		}),
 	})
