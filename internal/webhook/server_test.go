@@ -23,9 +23,9 @@ func TestRequestsInFlightOutliveTheStop(t *testing.T) {
 		wantErr      error
 		wantDeadline time.Duration
 	}{
-		"finished, with the API server's deadline": {wrap: finishInFlight, query: "?timeout=10s", wantDeadline: 10 * time.Second},
+		"finished, with the API server's deadline":           {wrap: finishInFlight, query: "?timeout=10s", wantDeadline: 10 * time.Second},
 		"no deadline sent: at most the API server's longest": {wrap: finishInFlight, wantDeadline: maxAdmission},
-		"a deadline past the longest is cut to it":          {wrap: finishInFlight, query: "?timeout=2m", wantDeadline: maxAdmission},
+		"a deadline past the longest is cut to it":           {wrap: finishInFlight, query: "?timeout=2m", wantDeadline: maxAdmission},
 		"unwrapped, the stop fails it": {
 			wrap: func(h http.Handler) http.Handler { return h }, wantErr: context.Canceled,
 		},
