@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -10,9 +11,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/test/testenv"
 )
 
 // Of every ten TrainJobs that exist before the measured runs (-existing): six completed, one
@@ -36,6 +43,10 @@ type atSize struct {
 	probe         time.Duration
 	// restartRSS is the peak RSS of the manager of the quiet restart, once steady.
 	restartRSS uint64
+	// floorReady is the restart's floor: how long plain caches of the kinds every TrainJob
+	// operator must read took to sync, while the manager was stopped; floorAPICPU the API
+	// server's CPU time meanwhile.
+	floorReady, floorAPICPU time.Duration
 }
 
 // sizes are the at-size figures, printed at the end.
@@ -43,7 +54,7 @@ var sizes []atSize
 
 // measureAtSize measures a workload's -repeat pairs in one API server that holds -existing
 // TrainJobs, mixed as a cluster holds them, made by the operator itself. Before the pairs, it
-// restarts the manager twice: once to count what a restart at size writes and how long it takes,
+// measures a restart's floor (syncFloor) and restarts the manager twice: once to count what a restart at size writes and how long it takes,
 // once with a TrainJob created while the manager was stopped (-manager-profile profiles the
 // first's first 30 seconds). For each floor run the manager is
 // stopped, and the floor's TrainJobs are managed by MultiKueue, so that the operator leaves them
@@ -72,11 +83,33 @@ func measureAtSize(b *testing.B, w workload) {
 		return float64(managed)
 	}
 	figures := atSize{workload: w.name}
+	m.program.Stop()
+	before, err := bd.cp.sample(ctx)
+	if err != nil {
+		bd.fail(err)
+	}
+	if figures.floorReady, err = syncFloor(ctx, bd.cluster.Env.Config, w); err != nil {
+		bd.fail(err)
+	}
+	after, err := bd.cp.sample(ctx)
+	if err != nil {
+		bd.fail(err)
+	}
+	figures.floorAPICPU = after.apiCPU - before.apiCPU
 	profile := ""
 	if *managerProfile != "" {
 		profile = *managerProfile + ".restart." + w.name
 	}
+	apiProfiled := make(chan error, 1)
+	if *apiProfile != "" {
+		go func() { apiProfiled <- bd.cp.profile(ctx, *apiProfile+".restart."+w.name, 15) }()
+	} else {
+		apiProfiled <- nil
+	}
 	if m, figures.quiet, err = restartAndCount(ctx, bd.cluster, bd.cp, m, want(), profile); err != nil {
+		bd.fail(err)
+	}
+	if err := <-apiProfiled; err != nil {
 		bd.fail(err)
 	}
 	if figures.restartRSS, err = m.peakRSS(); err != nil {
@@ -240,6 +273,33 @@ func restartWithProbe(ctx context.Context, bd *bed, m *manager) (*manager, *rest
 	return m, r, obs.last().Sub(start.Add(r.ready)), nil
 }
 
+// syncFloor is the floor of a restart: the time plain caches of TrainJobs, JobSets and, for a gang,
+// PodGroups take to sync, with client-go's own decoding, no transform and no controller: what
+// any operator of TrainJobs must read at its start.
+func syncFloor(ctx context.Context, cfg *rest.Config, w workload) (time.Duration, error) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	c, err := cache.New(cfg, cache.Options{Scheme: testenv.Scheme})
+	if err != nil {
+		return 0, err
+	}
+	kinds := []client.Object{&trainer.TrainJob{}, &jobsetv1alpha2.JobSet{}}
+	if w.coscheduling {
+		kinds = append(kinds, &schedulerpluginsv1alpha1.PodGroup{})
+	}
+	for _, kind := range kinds {
+		if _, err := c.GetInformer(ctx, kind); err != nil {
+			return 0, err
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return 0, errors.New("the floor's caches did not sync")
+	}
+	return time.Since(start), nil
+}
+
 // printSizes prints what the restarts at size took and wrote.
 func printSizes(out io.Writer) {
 	if len(sizes) == 0 {
@@ -248,9 +308,11 @@ func printSizes(out io.Writer) {
 	fmt.Fprintf(out, "\nRestarts with %d TrainJobs existing (%d0%% finished, %d0%% suspended or queued) and those of the runs before\n\n",
 		*existing, existingCompleted+existingFailed, 10-existingCompleted-existingFailed)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workload\tready s\tsteady s\twrites\tpeak RSS MiB\twith a TrainJob made while stopped: ready s\tits JobSet after ready s\t")
+	fmt.Fprintln(w, "workload\tfloor: caches synced s\tready s\tratio\tsteady s\tAPI CPU s floor / restart\tmanager CPU s\twrites\tpeak RSS MiB\twith a TrainJob made while stopped: ready s\tits JobSet after ready s\t")
 	for _, s := range sizes {
-		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.2f\t\n", s.workload, s.quiet.ready.Seconds(), s.quiet.steady.Seconds(),
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f / %.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.2f\t\n", s.workload, s.floorReady.Seconds(), s.quiet.ready.Seconds(),
+			s.quiet.ready.Seconds()/s.floorReady.Seconds(), s.quiet.steady.Seconds(),
+			s.floorAPICPU.Seconds(), s.quiet.apiCPU.Seconds(), s.quiet.managerCPU.Seconds(),
 			s.quiet.writes.total(), float64(s.restartRSS)/(1<<20), s.probed.ready.Seconds(), s.probe.Seconds())
 	}
 	_ = w.Flush()

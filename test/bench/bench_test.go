@@ -36,7 +36,7 @@ var (
 	clients        = flag.Int("clients", 16, "clients creating TrainJobs at once")
 	workloadList   = flag.String("workloads", "torch,mpi,gang", "the workloads to measure, of: "+strings.Join(slices.Sorted(maps.Keys(workloads)), ","))
 	managerProfile = flag.String("manager-profile", "", "write a CPU profile of the manager's first 15 seconds of each run to this path, .<workload> added")
-	apiProfile     = flag.String("apiserver-profile", "", "write a CPU profile of the API server's first 15 seconds of each run to this path, .<workload>.<floor|operator> added")
+	apiProfile     = flag.String("apiserver-profile", "", "write a CPU profile of the API server's first 15 seconds of each run to this path, .<workload>.<floor|operator> added (at size, also of the restart: .restart.<workload>)")
 	managerHeap    = flag.String("manager-heap", "", "write a heap profile of the manager at the end of each run (after a GC: what it keeps) to this path, .<workload> added")
 	repeat         = flag.Int("repeat", 1, "measure each workload's floor and operator this many times, in turn; the summary adds the median ratios")
 	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")

@@ -536,6 +536,8 @@ type restarted struct {
 	// ready is from the program's start to every controller's workers started (caches synced);
 	// steady to its queues empty after a reconcile of every TrainJob.
 	ready, steady time.Duration
+	// apiCPU and managerCPU are the API server's and the manager's CPU time until steady.
+	apiCPU, managerCPU time.Duration
 	// writes are the restarted manager's writes until steady, by verb, resource and code.
 	writes requests
 }
@@ -569,6 +571,10 @@ func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlP
 	r.steady = time.Since(start) - settleQuiet
 	after, err := cp.sample(ctx)
 	if err != nil {
+		return nil, nil, err
+	}
+	r.apiCPU = after.apiCPU - before.apiCPU
+	if r.managerCPU, err = m.cpuTime(); err != nil {
 		return nil, nil, err
 	}
 	if err := <-profiled; err != nil {

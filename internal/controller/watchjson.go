@@ -1,0 +1,382 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// The watches of the kinds served in JSON only (custom resources: TrainJobs, JobSets, PodGroups)
+// are read with a decoder that reads each event's bytes once to find where it ends and twice to
+// decode its object, where client-go's reads them nine times: its framer scans the event, its
+// serializer scans it twice to find a kind the event has not got, twice more to decode the event
+// and copy out its object, then twice to find the object's kind and twice to decode it. At a
+// restart with 50,000 TrainJobs that was two thirds of the manager's CPU (docs/performance.md).
+// Each decodes exactly what client-go's does from what the API server writes; what it does not
+// recognize goes to client-go's own decoder.
+
+// watchJSON is the cache's informer constructor: the watches of typed kinds served in JSON only
+// are decoded by jsonOnce, the rest as controller-runtime decodes them.
+type watchJSON struct {
+	scheme     *runtime.Scheme
+	mapper     meta.RESTMapper
+	config     *rest.Config
+	httpClient *http.Client
+	// byObject is the cache's configuration by kind, whose selectors these watches apply as
+	// controller-runtime applies them to its own. A kind the cache reads in some namespaces only
+	// is left to controller-runtime.
+	byObject map[schema.GroupVersionKind]cache.ByObject
+	codecs   runtime.NegotiatedSerializer
+}
+
+func newWatchJSON(config *rest.Config, httpClient *http.Client, scheme *runtime.Scheme, mapper meta.RESTMapper, byObject map[client.Object]cache.ByObject) (*watchJSON, error) {
+	w := &watchJSON{
+		scheme: scheme, mapper: mapper, config: config, httpClient: httpClient,
+		byObject: map[schema.GroupVersionKind]cache.ByObject{},
+		codecs:   jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}, scheme},
+	}
+	for obj, by := range byObject {
+		gvk, err := apiutil.GVKForObject(obj, scheme)
+		if err != nil {
+			return nil, err
+		}
+		w.byObject[gvk] = by
+	}
+	return w, nil
+}
+
+// NewInformer is controller-runtime's cache.Options.NewInformer.
+func (w *watchJSON) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	// A kind this cannot watch (its mapping unknown) is left to controller-runtime's own
+	// watch, which reports why.
+	if watched, err := w.watcher(lw, obj); err == nil && watched != nil {
+		lw = watched
+	}
+	return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+}
+
+// watcher is lw with its watches decoded by jsonOnce, or nil for an object that is not a typed
+// kind served in JSON only: a built-in kind (read in protobuf), a metadata-only or unstructured
+// one.
+func (w *watchJSON) watcher(lw toolscache.ListerWatcher, obj runtime.Object) (toolscache.ListerWatcher, error) {
+	switch obj.(type) {
+	case runtime.Unstructured, *metav1.PartialObjectMetadata:
+		return nil, nil
+	}
+	gvk, err := apiutil.GVKForObject(obj, w.scheme)
+	if err != nil || clientgoscheme.Scheme.Recognizes(gvk) {
+		return nil, err
+	}
+	by := w.byObject[gvk]
+	if len(by.Namespaces) > 0 {
+		return nil, nil
+	}
+	mapping, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(w.config)
+	gv := gvk.GroupVersion()
+	cfg.GroupVersion, cfg.APIPath = &gv, "/apis"
+	cfg.ContentType, cfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+	cfg.NegotiatedSerializer = w.codecs
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	c, err := rest.RESTClientForConfigAndClient(cfg, w.httpClient)
+	if err != nil {
+		return nil, err
+	}
+	params := runtime.NewParameterCodec(w.scheme)
+	listed := toolscache.ToListerWatcherWithContext(lw)
+	return &toolscache.ListWatch{
+		ListWithContextFunc: listed.ListWithContext,
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch, opts.AllowWatchBookmarks = true, true
+			if by.Label != nil && !by.Label.Empty() {
+				opts.LabelSelector = by.Label.String()
+			}
+			if by.Field != nil && !by.Field.Empty() {
+				opts.FieldSelector = by.Field.String()
+			}
+			return c.Get().Resource(mapping.Resource.Resource).VersionedParams(&opts, params).Watch(ctx)
+		},
+	}, nil
+}
+
+// jsonOnce is the scheme's codecs but for JSON, whose stream is framed by jsonFrames and decoded
+// by onceDecoder.
+type jsonOnce struct {
+	runtime.NegotiatedSerializer
+	scheme *runtime.Scheme
+}
+
+func (j jsonOnce) SupportedMediaTypes() []runtime.SerializerInfo {
+	infos := j.NegotiatedSerializer.SupportedMediaTypes()
+	out := make([]runtime.SerializerInfo, 0, len(infos))
+	for _, info := range infos {
+		if info.MediaType == runtime.ContentTypeJSON && info.StreamSerializer != nil {
+			decoder := onceDecoder{
+				Serializer: info.Serializer,
+				objects:    jsonserializer.NewSerializerWithOptions(typeMetaFirst{}, j.scheme, j.scheme, jsonserializer.SerializerOptions{}),
+				typer:      j.scheme,
+			}
+			info.Serializer = decoder
+			stream := *info.StreamSerializer
+			stream.Serializer, stream.Framer = decoder, jsonFrames{}
+			info.StreamSerializer = &stream
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// onceDecoder decodes a watch event by slicing its object out of it, and an object by reading
+// its kind from its first two fields; what it does not recognize it decodes as client-go would.
+// It encodes as client-go would.
+type onceDecoder struct {
+	runtime.Serializer
+	// objects is client-go's JSON serializer but for how it reads an object's kind.
+	objects runtime.Serializer
+	typer   runtime.ObjectTyper
+}
+
+func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if event, ok := into.(*metav1.WatchEvent); ok {
+		if kind, object, ok := splitWatchEvent(data); ok {
+			// object is part of the stream's buffer, decoded before the next event is read,
+			// as client-go decodes it; what the decoded object keeps of it is copied.
+			event.Type, event.Object = kind, runtime.RawExtension{Raw: object}
+			gvks, _, err := d.typer.ObjectKinds(event)
+			if err != nil {
+				return nil, nil, err
+			}
+			return event, &gvks[0], nil
+		}
+		return d.Serializer.Decode(data, defaults, into)
+	}
+	return d.objects.Decode(data, defaults, into)
+}
+
+// splitWatchEvent reads a watch event as the API server writes it, {"type":"T","object":{...}},
+// and returns T and the object's bytes. An event it cannot read so is not ok. What follows the
+// object in the event, were there anything, would be part of object and fail its decoding: object
+// is a whole JSON value only if nothing does.
+func splitWatchEvent(data []byte) (string, []byte, bool) {
+	const typeKey, objectKey = `{"type":"`, `","object":`
+	rest, ok := bytes.CutPrefix(data, []byte(typeKey))
+	if !ok {
+		return "", nil, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return "", nil, false
+	}
+	kind := string(rest[:end])
+	object, ok := bytes.CutPrefix(rest[end:], []byte(objectKey))
+	if !ok {
+		return "", nil, false
+	}
+	object = bytes.TrimRight(object, " \t\r\n")
+	if len(object) < 3 || object[0] != '{' || object[len(object)-1] != '}' {
+		return "", nil, false
+	}
+	return kind, object[:len(object)-1], true
+}
+
+// typeMetaFirst finds an object's kind in its first two fields, apiVersion and kind in either
+// order, where the API server writes them; an object whose first fields are not these, or whose
+// values are escaped, it reads as client-go does, from the whole object.
+type typeMetaFirst struct{}
+
+func (typeMetaFirst) Interpret(data []byte) (*schema.GroupVersionKind, error) {
+	var apiVersion, kind string
+	rest, ok := bytes.CutPrefix(data, []byte("{"))
+	for i := 0; ok && i < 2; i++ {
+		var key, value string
+		if key, value, rest, ok = stringField(rest); !ok {
+			break
+		}
+		switch {
+		case key == "apiVersion" && apiVersion == "":
+			apiVersion = value
+		case key == "kind" && kind == "":
+			kind = value
+		default:
+			ok = false
+		}
+		if ok && i == 0 {
+			rest, ok = bytes.CutPrefix(rest, []byte(","))
+		}
+	}
+	if !ok || !(len(rest) > 0 && (rest[0] == ',' || rest[0] == '}')) {
+		return jsonserializer.DefaultMetaFactory.Interpret(data)
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return nil, err
+	}
+	gvk := gv.WithKind(kind)
+	return &gvk, nil
+}
+
+// stringField reads "key":"value" with neither escaped, and returns what follows.
+func stringField(data []byte) (key, value string, rest []byte, ok bool) {
+	k, rest, ok := quoted(data)
+	if !ok {
+		return "", "", nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(":")); !ok {
+		return "", "", nil, false
+	}
+	v, rest, ok := quoted(rest)
+	return string(k), string(v), rest, ok
+}
+
+// quoted reads a string without escapes.
+func quoted(data []byte) ([]byte, []byte, bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`"`))
+	if !ok {
+		return nil, nil, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return nil, nil, false
+	}
+	return rest[:end], rest[end+1:], true
+}
+
+// jsonFrames is a runtime.Framer of a stream of JSON objects, as the API server writes a watch.
+type jsonFrames struct{}
+
+func (jsonFrames) NewFrameReader(r io.ReadCloser) io.ReadCloser {
+	return &frameReader{r: r}
+}
+
+func (jsonFrames) NewFrameWriter(w io.Writer) io.Writer { return w }
+
+// frameReader returns one JSON object of its stream at each Read, as apimachinery's JSON framer
+// does, or its first part with io.ErrShortBuffer when the caller's buffer is too small, the rest
+// at the next Reads. It finds an object's end by its braces and its strings' quotes; the
+// decoding of each object checks it whole.
+type frameReader struct {
+	r io.ReadCloser
+	// buf holds what was read of the stream; buf[off:] is not yet framed.
+	buf []byte
+	off int
+	// remaining is what the last Read could not return of its frame.
+	remaining []byte
+}
+
+// maxFrame is the largest event read: the API server refuses objects past 3 MiB (etcd's limit
+// of 1.5 MiB, JSON escaping), and client-go's stream decoder stops at 16 MiB.
+const maxFrame = 16 << 20
+
+var errFrameTooLarge = errors.New("a watch event is larger than 16 MiB")
+
+func (f *frameReader) Read(p []byte) (int, error) {
+	if len(f.remaining) == 0 {
+		frame, err := f.next()
+		if err != nil {
+			return 0, err
+		}
+		f.remaining = frame
+	}
+	n := copy(p, f.remaining)
+	f.remaining = f.remaining[n:]
+	if len(f.remaining) > 0 {
+		return n, io.ErrShortBuffer
+	}
+	return n, nil
+}
+
+func (f *frameReader) Close() error { return f.r.Close() }
+
+// next returns the next object of the stream, part of buf until the next call.
+func (f *frameReader) next() ([]byte, error) {
+	var (
+		depth       int
+		inString    bool
+		start, text = -1, 0 // where the object and the string being read begin
+	)
+	i := f.off
+	for {
+		for i < len(f.buf) {
+			if inString {
+				end := bytes.IndexByte(f.buf[i:], '"')
+				if end < 0 {
+					i = len(f.buf)
+					break
+				}
+				i += end
+				escapes := 0
+				for j := i - 1; j >= text && f.buf[j] == '\\'; j-- {
+					escapes++
+				}
+				inString = escapes%2 == 1
+				i++
+				continue
+			}
+			switch c := f.buf[i]; {
+			case start < 0 && (c == ' ' || c == '\t' || c == '\r' || c == '\n'):
+			case start < 0 && c != '{':
+				return nil, fmt.Errorf("a watch event begins with %q, not an object", c)
+			case c == '"':
+				inString, text = true, i+1
+			case c == '{' || c == '[':
+				if start < 0 {
+					start = i
+				}
+				depth++
+			case c == '}' || c == ']':
+				if depth--; depth == 0 {
+					f.off = i + 1
+					return f.buf[start : i+1], nil
+				}
+			}
+			i++
+		}
+		// Keep the object begun, drop what was framed before it, and read more.
+		keep := i
+		if start >= 0 {
+			keep = start
+		}
+		n := copy(f.buf, f.buf[keep:])
+		f.buf, i, f.off = f.buf[:n], i-keep, 0
+		if start >= 0 {
+			start, text = start-keep, text-keep
+		}
+		if len(f.buf) >= maxFrame {
+			return nil, errFrameTooLarge
+		}
+		if cap(f.buf)-len(f.buf) < 4096 {
+			f.buf = append(f.buf, make([]byte, max(cap(f.buf), 32<<10))...)[:len(f.buf)]
+		}
+		read, err := f.r.Read(f.buf[len(f.buf):cap(f.buf)])
+		f.buf = f.buf[:len(f.buf)+read]
+		if err != nil && read == 0 {
+			if err == io.EOF && start >= 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}

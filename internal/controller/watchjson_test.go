@@ -1,0 +1,240 @@
+package controller
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	restclientwatch "k8s.io/client-go/rest/watch"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+)
+
+func watchScheme(t testing.TB) *kruntime.Scheme {
+	scheme := kruntime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, trainer.AddToScheme(scheme))
+	require.NoError(t, jobsetv1alpha2.AddToScheme(scheme))
+	require.NoError(t, schedulerpluginsv1alpha1.AddToScheme(scheme))
+	return scheme
+}
+
+// decodeWatch decodes a watch stream with a NegotiatedSerializer's JSON, as client-go's REST
+// client does, and returns its events until the stream's error (io.EOF at its end).
+func decodeWatch(t testing.TB, codecs kruntime.NegotiatedSerializer, stream io.Reader) ([]watch.Event, error) {
+	info, ok := kruntime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), kruntime.ContentTypeJSON)
+	require.True(t, ok)
+	objects := codecs.DecoderToVersion(info.Serializer, nil)
+	frames := info.StreamSerializer.Framer.NewFrameReader(io.NopCloser(stream))
+	decoder := restclientwatch.NewDecoder(streaming.NewDecoder(frames, info.StreamSerializer.Serializer), objects)
+	var events []watch.Event
+	for {
+		kind, obj, err := decoder.Decode()
+		if err != nil {
+			return events, err
+		}
+		events = append(events, watch.Event{Type: kind, Object: obj})
+	}
+}
+
+// watchEvent writes a watch event as the API server does.
+func watchEvent(t testing.TB, kind watch.EventType, object []byte) []byte {
+	data, err := json.Marshal(metav1.WatchEvent{Type: string(kind), Object: kruntime.RawExtension{Raw: object}})
+	require.NoError(t, err)
+	return append(data, '\n')
+}
+
+func compacted(t testing.TB, file string) []byte {
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	require.NoError(t, json.Compact(&out, data))
+	return out.Bytes()
+}
+
+// The watches of custom resources decode to what client-go's decoding makes of the same stream,
+// event by event, whatever the stream's reads and the events' sizes, for what the API server
+// writes and for what it does not (where the decoding falls back on client-go's).
+func TestWatchJSONDecodesAsClientGo(t *testing.T) {
+	scheme := watchScheme(t)
+	theirs := serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}
+	ours := jsonOnce{theirs, scheme}
+
+	jobSet, trainJob, podGroup := compacted(t, "testdata/cached-jobset.json"), compacted(t, "testdata/cached-trainjob.json"), compacted(t, "testdata/cached-podgroup.json")
+	// A trainer as the SDK writes it: a function's source, with quotes, backslashes, braces and
+	// brackets in strings, and characters JSON escapes.
+	sdk := bytes.Replace(trainJob, []byte(`"spec":{`), []byte(`"spec":{"trainer":{"args":["-c","def train():\n    print(\"{[}]\\\\\" + '\"' + \"\\u00e9 \\\\\")\n    return {\"a\": [1, {}]}\n\\\\"],"numNodes":2},`), 1)
+	require.True(t, json.Valid(sdk))
+	pretty, err := os.ReadFile("testdata/cached-podgroup.json")
+	require.NoError(t, err)
+	kindFirst := []byte(`{"kind":"JobSet","apiVersion":"jobset.x-k8s.io/v1alpha2","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}`)
+	status := []byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}`)
+	metadataFirst := bytes.Replace(trainJob, []byte(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob",`), []byte(`{"metadata":{"name":"first"},"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob",`), 1)
+	require.NotEqual(t, trainJob, metadataFirst)
+
+	var stream bytes.Buffer
+	stream.Write(watchEvent(t, watch.Added, jobSet))
+	stream.Write(watchEvent(t, watch.Added, trainJob))
+	stream.WriteString("  \r\n\t")
+	stream.Write(watchEvent(t, watch.Modified, sdk))
+	stream.Write(watchEvent(t, watch.Added, podGroup))
+	stream.Write(watchEvent(t, watch.Bookmark, kindFirst))
+	stream.Write(watchEvent(t, watch.Deleted, metadataFirst))
+	// Not as the API server writes them: decoded as client-go does.
+	stream.WriteString("{ \"type\" : \"MODIFIED\",\n \"object\": " + string(pretty) + "}\n")
+	stream.WriteString(`{"object":` + string(podGroup) + `,"type":"DELETED"}`)
+	stream.Write(watchEvent(t, watch.Error, status))
+
+	want, wantErr := decodeWatch(t, theirs, bytes.NewReader(stream.Bytes()))
+	require.ErrorIs(t, wantErr, io.EOF)
+	require.Len(t, want, 9)
+	assert.Contains(t, want[2].Object.(*trainer.TrainJob).Spec.Trainer.Args[1], `print("{[}]\\"`)
+	for name, reader := range map[string]func(io.Reader) io.Reader{
+		"whole":        func(r io.Reader) io.Reader { return r },
+		"byte by byte": iotest.OneByteReader,
+		"in halves":    iotest.HalfReader,
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := decodeWatch(t, ours, reader(bytes.NewReader(stream.Bytes())))
+			require.ErrorIs(t, err, io.EOF)
+			require.Len(t, got, len(want))
+			for i := range want {
+				assert.Equal(t, want[i].Type, got[i].Type, "event %d", i)
+				assert.Empty(t, cmp.Diff(want[i].Object, got[i].Object), "event %d", i)
+			}
+		})
+	}
+}
+
+// A watch stream that ends within an event, or holds what is not an event, fails its watch (the
+// reflector watches again); an event the API server would not write is not decoded wrongly.
+func TestWatchJSONRefusesBrokenStreams(t *testing.T) {
+	scheme := watchScheme(t)
+	ours := jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}, scheme}
+	podGroup := compacted(t, "testdata/cached-podgroup.json")
+	whole := watchEvent(t, watch.Added, podGroup)
+	for name, tc := range map[string]struct {
+		stream  string
+		wantErr string
+	}{
+		"cut within an event":         {stream: string(whole[:len(whole)/2]), wantErr: io.ErrUnexpectedEOF.Error()},
+		"cut within a string":         {stream: `{"type":"ADDED","object":{"a":"b`, wantErr: io.ErrUnexpectedEOF.Error()},
+		"not an object":               {stream: `["ADDED"]`, wantErr: "not an object"},
+		"more after the object":       {stream: `{"type":"ADDED","object":` + string(podGroup) + `,"extra":1}`, wantErr: "unable to decode watch event"},
+		"an object that is not JSON":  {stream: `{"type":"ADDED","object":{"apiVersion":"v1","kind":"Status",]}}`, wantErr: "unable to decode watch event"},
+		"an event with no type known": {stream: `{"type":"RENAMED","object":` + string(podGroup) + `}`, wantErr: "invalid watch event type"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			events, err := decodeWatch(t, ours, strings.NewReader(tc.stream))
+			assert.Empty(t, events)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+// The framer finds the same objects in a stream as apimachinery's JSON framer, which decodes each.
+func FuzzJSONFrames(f *testing.F) {
+	for _, seed := range []string{
+		`{"a":1}{"b":[1,{"c":"}"}]}`,
+		`{"s":"\"}\\"}  {"t":"\\\\\"{"}` + "\n",
+		`{"type":"ADDED","object":{"kind":"X","spec":{"args":["{[","]}\\\""]}}}`,
+		`{}{}{}`,
+		`{"a":"é\u00e9"}` + "\t\r\n" + `{"b":null}`,
+	} {
+		f.Add([]byte(seed), uint8(7))
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
+		theirs := jsonFramesOf(t, serializer.NewCodecFactory(kruntime.NewScheme()).SupportedMediaTypes(), stream, 0)
+		ours := jsonFramesOf(t, []kruntime.SerializerInfo{{MediaType: kruntime.ContentTypeJSON, StreamSerializer: &kruntime.StreamSerializerInfo{Framer: jsonFrames{}}}}, stream, int(chunk))
+		// Where apimachinery's framer finds objects, ours finds the same; past what it refuses or
+		// a value that is not an object, ours may differ: the decoding refuses what is not JSON.
+		for i, frame := range theirs {
+			if len(frame) == 0 || frame[0] != '{' {
+				return
+			}
+			require.Greater(t, len(ours), i, "frame %d: %q", i, frame)
+			require.Equal(t, string(frame), string(ours[i]), "frame %d", i)
+		}
+	})
+}
+
+// jsonFramesOf returns the frames a JSON framer finds in stream, read chunk bytes at a time (all
+// at once for 0), into a buffer of 8 bytes that grows as client-go's stream decoder's does.
+func jsonFramesOf(t *testing.T, infos []kruntime.SerializerInfo, stream []byte, chunk int) [][]byte {
+	info, ok := kruntime.SerializerInfoForMediaType(infos, kruntime.ContentTypeJSON)
+	require.True(t, ok)
+	var r io.Reader = bytes.NewReader(stream)
+	if chunk > 0 {
+		r = &chunked{r: r, n: chunk}
+	}
+	frames := info.StreamSerializer.Framer.NewFrameReader(io.NopCloser(r))
+	var out [][]byte
+	for {
+		var frame []byte
+		buf := make([]byte, 8)
+		for {
+			n, err := frames.Read(buf)
+			frame = append(frame, buf[:n]...)
+			if errors.Is(err, io.ErrShortBuffer) {
+				buf = make([]byte, 2*len(buf))
+				continue
+			}
+			if err != nil {
+				return out
+			}
+			break
+		}
+		out = append(out, frame)
+	}
+}
+
+// chunked reads at most n bytes at a time.
+type chunked struct {
+	r io.Reader
+	n int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	return c.r.Read(p[:min(len(p), c.n)])
+}
+
+func TestTypeMetaFirst(t *testing.T) {
+	for _, data := range []string{
+		`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{}}`,
+		`{"kind":"TrainJob","apiVersion":"trainer.kubeflow.org/v1alpha1"}`,
+		`{"apiVersion":"v1","kind":"Status"}`,
+		`{"metadata":{"name":"a"},"apiVersion":"v1","kind":"Pod"}`,
+		`{"apiVersion":"v1","apiVersion":"v2","kind":"Pod"}`,
+		`{"apiVersion":"a/b/c","kind":"Pod"}`,
+		`{"apiVersion":"v\u0031","kind":"Pod"}`,
+		`{"apiVersion":"v1"}`,
+		`{"apiVersion":"v1","kind":"Pod"`,
+		`{}`,
+	} {
+		t.Run(data, func(t *testing.T) {
+			want, wantErr := jsonserializer.DefaultMetaFactory.Interpret([]byte(data))
+			got, err := typeMetaFirst{}.Interpret([]byte(data))
+			assert.Equal(t, fmt.Sprint(wantErr), fmt.Sprint(err))
+			assert.Equal(t, want, got)
+		})
+	}
+}
