@@ -289,9 +289,13 @@ func TestFluxRuntime(t *testing.T) {
 	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
 		assert.Equal(c, ptr.To[int32](3), js.Spec.ReplicatedJobs[0].Template.Spec.Parallelism)
 	})
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(scripts), scriptsAfter))
-	assert.Contains(t, scriptsAfter.Data["init.sh"], `echo "lmp-node-0-[0-2]" > ${configroot}/etc/flux/system/hostlist`)
-	assert.Contains(t, scriptsAfter.Data["entrypoint.sh"], `flags="-N 3 -n 3"`)
+	// A rebuild that stays suspended writes the scripts after the JobSet (the JobSet refused, they
+	// would stay as the JobSet that is left): seen a moment after it.
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(scripts), scriptsAfter))
+		assert.Contains(c, scriptsAfter.Data["init.sh"], `echo "lmp-node-0-[0-2]" > ${configroot}/etc/flux/system/hostlist`)
+		assert.Contains(c, scriptsAfter.Data["entrypoint.sh"], `flags="-N 3 -n 3"`)
+	}, timeout, interval)
 }
 
 func got(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
