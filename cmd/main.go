@@ -172,9 +172,11 @@ func main() {
 	cacheOpts, err := controller.CacheOptions(cfg, scheme)
 	exitOn(err, "Unable to read which PodGroup CRDs are installed")
 	mgrOpts := ctrl.Options{
-		Scheme:  scheme,
-		Cache:   cacheOpts,
-		Metrics: metricsOpts,
+		Scheme: scheme,
+		Cache:  cacheOpts,
+		// Its informers of custom resources decode their watches with less work.
+		NewCache: controller.NewCache,
+		Metrics:  metricsOpts,
 		WebhookServer: operatorwebhook.NewServer(webhook.Options{
 			Host: webhookHost, Port: webhookPort, CertDir: certOpts.CertDir, TLSOpts: tlsOpts,
 		}),

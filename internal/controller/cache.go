@@ -73,14 +73,7 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 	for _, pg := range podGroups {
 		byObject[pg] = cache.ByObject{Label: ours, Transform: keepPodGroupSummary}
 	}
-	watches, err := newWatchJSON(cfg, httpClient, scheme, mapper, byObject)
-	if err != nil {
-		return cache.Options{}, err
-	}
-	return cache.Options{
-		HTTPClient: httpClient, ByObject: byObject, DefaultTransform: shareMetadata,
-		NewInformer: watches.NewInformer,
-	}, nil
+	return cache.Options{ByObject: byObject, DefaultTransform: shareMetadata}, nil
 }
 
 // keepJobSetSummary keeps of a JobSet what the controllers read: its metadata but managed fields

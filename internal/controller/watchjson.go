@@ -19,19 +19,36 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // The watches of the kinds served in JSON only (custom resources: TrainJobs, JobSets, PodGroups)
-// are read with a decoder that reads each event's bytes once to find where it ends and twice to
-// decode its object, where client-go's reads them nine times: its framer scans the event, its
-// serializer scans it twice to find a kind the event has not got, twice more to decode the event
-// and copy out its object, then twice to find the object's kind and twice to decode it. At a
-// restart with 50,000 TrainJobs that was two thirds of the manager's CPU (docs/performance.md).
-// Each decodes exactly what client-go's does from what the API server writes; what it does not
-// recognize goes to client-go's own decoder.
+// are read with a decoder that reads each event's bytes three times (to find where the event ends,
+// where its object ends, and to decode the object, which checks it first) where client-go's reads
+// them nine times: its framer scans the event, its serializer scans it twice to find a kind the
+// event has not got, twice more to decode the event and copy out its object, then twice to find
+// the object's kind and twice to decode it. At a restart with 50,000 TrainJobs that was two thirds
+// of the manager's CPU (docs/performance.md). Of what the API server writes for these kinds, each
+// event and object decodes to what client-go's decoding makes of it (TestWatchJSONDecodesAsClientGo);
+// an event written otherwise is decoded by client-go's decoder. One difference is left: an object's
+// kind is read from its first fields, where client-go reads the last of its keys that match
+// "apiVersion" and "kind" without regard to case; only a custom resource that keeps unknown fields
+// at its root could hold a second, and the informer drops an object of another kind either way.
+
+// NewCache is controller-runtime's cache (cache.New) whose informers of the typed kinds served in
+// JSON only decode their watches with jsonOnce: the manager's NewCache. It is given the cache's
+// options as the manager completed them, with the selectors each kind is read with. A cache read
+// in some namespaces only, or with selectors for every kind, is left to controller-runtime whole.
+func NewCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+	if w, err := newWatchJSON(config, opts); err != nil {
+		return nil, err
+	} else if w != nil {
+		opts.NewInformer = w.NewInformer
+	}
+	return cache.New(config, opts)
+}
 
 // watchJSON is the cache's informer constructor: the watches of typed kinds served in JSON only
 // are decoded by jsonOnce, the rest as controller-runtime decodes them.
@@ -40,21 +57,28 @@ type watchJSON struct {
 	mapper     meta.RESTMapper
 	config     *rest.Config
 	httpClient *http.Client
-	// byObject is the cache's configuration by kind, whose selectors these watches apply as
-	// controller-runtime applies them to its own. A kind the cache reads in some namespaces only
-	// is left to controller-runtime.
-	byObject map[schema.GroupVersionKind]cache.ByObject
-	codecs   runtime.NegotiatedSerializer
+	// byObject is the cache's configuration by kind, whose label selectors and bookmarks these
+	// watches apply as controller-runtime does to its own. A kind read in some namespaces only,
+	// or with a field selector, is left to controller-runtime.
+	byObject  map[schema.GroupVersionKind]cache.ByObject
+	bookmarks bool
+	codecs    runtime.NegotiatedSerializer
 }
 
-func newWatchJSON(config *rest.Config, httpClient *http.Client, scheme *runtime.Scheme, mapper meta.RESTMapper, byObject map[client.Object]cache.ByObject) (*watchJSON, error) {
-	w := &watchJSON{
-		scheme: scheme, mapper: mapper, config: config, httpClient: httpClient,
-		byObject: map[schema.GroupVersionKind]cache.ByObject{},
-		codecs:   jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}, scheme},
+// newWatchJSON returns nil for options that it does not mirror.
+func newWatchJSON(config *rest.Config, opts cache.Options) (*watchJSON, error) {
+	if opts.Scheme == nil || opts.Mapper == nil || opts.HTTPClient == nil || opts.NewInformer != nil ||
+		len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil {
+		return nil, nil
 	}
-	for obj, by := range byObject {
-		gvk, err := apiutil.GVKForObject(obj, scheme)
+	w := &watchJSON{
+		scheme: opts.Scheme, mapper: opts.Mapper, config: config, httpClient: opts.HTTPClient,
+		byObject:  map[schema.GroupVersionKind]cache.ByObject{},
+		bookmarks: ptr.Deref(opts.DefaultEnableWatchBookmarks, true),
+		codecs:    jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(opts.Scheme)}, opts.Scheme},
+	}
+	for obj, by := range opts.ByObject {
+		gvk, err := apiutil.GVKForObject(obj, opts.Scheme)
 		if err != nil {
 			return nil, err
 		}
@@ -74,8 +98,8 @@ func (w *watchJSON) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object,
 }
 
 // watcher is lw with its watches decoded by jsonOnce, or nil for an object that is not a typed
-// kind served in JSON only: a built-in kind (read in protobuf), a metadata-only or unstructured
-// one.
+// kind served in JSON only (a built-in kind, read in protobuf; a metadata-only or unstructured
+// one) or is read in some namespaces only or by a field selector.
 func (w *watchJSON) watcher(lw toolscache.ListerWatcher, obj runtime.Object) (toolscache.ListerWatcher, error) {
 	switch obj.(type) {
 	case runtime.Unstructured, *metav1.PartialObjectMetadata:
@@ -86,9 +110,10 @@ func (w *watchJSON) watcher(lw toolscache.ListerWatcher, obj runtime.Object) (to
 		return nil, err
 	}
 	by := w.byObject[gvk]
-	if len(by.Namespaces) > 0 {
+	if len(by.Namespaces) > 0 || (by.Field != nil && !by.Field.Empty()) {
 		return nil, nil
 	}
+	bookmarks := ptr.Deref(by.EnableWatchBookmarks, w.bookmarks)
 	mapping, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
 		return nil, err
@@ -110,12 +135,9 @@ func (w *watchJSON) watcher(lw toolscache.ListerWatcher, obj runtime.Object) (to
 	return &toolscache.ListWatch{
 		ListWithContextFunc: listed.ListWithContext,
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.Watch, opts.AllowWatchBookmarks = true, true
+			opts.Watch, opts.AllowWatchBookmarks = true, bookmarks
 			if by.Label != nil && !by.Label.Empty() {
 				opts.LabelSelector = by.Label.String()
-			}
-			if by.Field != nil && !by.Field.Empty() {
-				opts.FieldSelector = by.Field.String()
 			}
 			return c.Get().Resource(mapping.Resource.Resource).VersionedParams(&opts, params).Watch(ctx)
 		},
@@ -162,8 +184,8 @@ type onceDecoder struct {
 func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	if event, ok := into.(*metav1.WatchEvent); ok {
 		if kind, object, ok := splitWatchEvent(data); ok {
-			// object is part of the stream's buffer, decoded before the next event is read,
-			// as client-go decodes it; what the decoded object keeps of it is copied.
+			// object is part of the stream decoder's buffer, decoded before the next event is
+			// read into it; nothing in a decoded object keeps the bytes it was decoded from.
 			event.Type, event.Object = kind, runtime.RawExtension{Raw: object}
 			gvks, _, err := d.typer.ObjectKinds(event)
 			if err != nil {
@@ -177,9 +199,8 @@ func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 }
 
 // splitWatchEvent reads a watch event as the API server writes it, {"type":"T","object":{...}},
-// and returns T and the object's bytes. An event it cannot read so is not ok. What follows the
-// object in the event, were there anything, would be part of object and fail its decoding: object
-// is a whole JSON value only if nothing does.
+// and returns T and the object's bytes. An event it cannot read so (other fields, in another
+// order, spaces) is not ok.
 func splitWatchEvent(data []byte) (string, []byte, bool) {
 	const typeKey, objectKey = `{"type":"`, `","object":`
 	rest, ok := bytes.CutPrefix(data, []byte(typeKey))
@@ -192,14 +213,15 @@ func splitWatchEvent(data []byte) (string, []byte, bool) {
 	}
 	kind := string(rest[:end])
 	object, ok := bytes.CutPrefix(rest[end:], []byte(objectKey))
-	if !ok {
+	if !ok || len(object) == 0 || object[0] != '{' {
 		return "", nil, false
 	}
-	object = bytes.TrimRight(object, " \t\r\n")
-	if len(object) < 3 || object[0] != '{' || object[len(object)-1] != '}' {
+	var scan jsonScan
+	n, closed := scan.value(object, 0)
+	if !closed || string(bytes.TrimRight(object[n:], " \t\r\n")) != "}" {
 		return "", nil, false
 	}
-	return kind, object[:len(object)-1], true
+	return kind, object[:n], true
 }
 
 // typeMetaFirst finds an object's kind in its first two fields, apiVersion and kind in either
@@ -312,47 +334,25 @@ func (f *frameReader) Close() error { return f.r.Close() }
 
 // next returns the next object of the stream, part of buf until the next call.
 func (f *frameReader) next() ([]byte, error) {
-	var (
-		depth       int
-		inString    bool
-		start, text = -1, 0 // where the object and the string being read begin
-	)
-	i := f.off
+	var scan jsonScan
+	start, i := -1, f.off // where the object begins, and how far it was read
 	for {
-		for i < len(f.buf) {
-			if inString {
-				end := bytes.IndexByte(f.buf[i:], '"')
-				if end < 0 {
-					i = len(f.buf)
-					break
-				}
-				i += end
-				escapes := 0
-				for j := i - 1; j >= text && f.buf[j] == '\\'; j-- {
-					escapes++
-				}
-				inString = escapes%2 == 1
-				i++
-				continue
+		if start < 0 {
+			for ; i < len(f.buf) && isSpace(f.buf[i]); i++ {
 			}
-			switch c := f.buf[i]; {
-			case start < 0 && (c == ' ' || c == '\t' || c == '\r' || c == '\n'):
-			case start < 0 && c != '{':
-				return nil, fmt.Errorf("a watch event begins with %q, not an object", c)
-			case c == '"':
-				inString, text = true, i+1
-			case c == '{' || c == '[':
-				if start < 0 {
-					start = i
+			if i < len(f.buf) {
+				if f.buf[i] != '{' {
+					return nil, fmt.Errorf("a watch event begins with %q, not an object", f.buf[i])
 				}
-				depth++
-			case c == '}' || c == ']':
-				if depth--; depth == 0 {
-					f.off = i + 1
-					return f.buf[start : i+1], nil
-				}
+				start = i
 			}
-			i++
+		}
+		if start >= 0 {
+			var closed bool
+			if i, closed = scan.value(f.buf, i); closed {
+				f.off = i
+				return f.buf[start:i], nil
+			}
 		}
 		// Keep the object begun, drop what was framed before it, and read more.
 		keep := i
@@ -362,7 +362,8 @@ func (f *frameReader) next() ([]byte, error) {
 		n := copy(f.buf, f.buf[keep:])
 		f.buf, i, f.off = f.buf[:n], i-keep, 0
 		if start >= 0 {
-			start, text = start-keep, text-keep
+			start = 0
+			scan.text -= keep
 		}
 		if len(f.buf) >= maxFrame {
 			return nil, errFrameTooLarge
@@ -379,4 +380,48 @@ func (f *frameReader) next() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// jsonScan follows the nesting of a JSON object or array by its brackets and its strings' quotes,
+// across calls as more of it is read; it does not check the JSON (the decoding of the value does).
+type jsonScan struct {
+	depth    int
+	inString bool
+	// text is where the string being read begins.
+	text int
+}
+
+// value scans data from i, which is at or within the value that begins the scan, and returns the
+// index past its closing bracket and true, or len(data) and false when data ends first.
+func (s *jsonScan) value(data []byte, i int) (int, bool) {
+	for i < len(data) {
+		if s.inString {
+			end := bytes.IndexByte(data[i:], '"')
+			if end < 0 {
+				return len(data), false
+			}
+			i += end
+			escapes := 0
+			for j := i - 1; j >= s.text && data[j] == '\\'; j-- {
+				escapes++
+			}
+			s.inString = escapes%2 == 1
+			i++
+			continue
+		}
+		switch data[i] {
+		case '"':
+			s.inString, s.text = true, i+1
+		case '{', '[':
+			s.depth++
+		case '}', ']':
+			if s.depth--; s.depth == 0 {
+				return i + 1, true
+			}
+		}
+		i++
+	}
+	return len(data), false
 }

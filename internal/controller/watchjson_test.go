@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -14,14 +15,24 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	restclientwatch "k8s.io/client-go/rest/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -101,11 +112,13 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 	// Not as the API server writes them: decoded as client-go does.
 	stream.WriteString("{ \"type\" : \"MODIFIED\",\n \"object\": " + string(pretty) + "}\n")
 	stream.WriteString(`{"object":` + string(podGroup) + `,"type":"DELETED"}`)
+	stream.WriteString(`{"type":"ADDED","object":` + string(trainJob) + `,"more":{"a":"}"}}`)
+	stream.WriteString(`{"type":"MODIFIED","object":` + string(jobSet) + ` }` + "\n")
 	stream.Write(watchEvent(t, watch.Error, status))
 
 	want, wantErr := decodeWatch(t, theirs, bytes.NewReader(stream.Bytes()))
 	require.ErrorIs(t, wantErr, io.EOF)
-	require.Len(t, want, 9)
+	require.Len(t, want, 11)
 	assert.Contains(t, want[2].Object.(*trainer.TrainJob).Spec.Trainer.Args[1], `print("{[}]\\"`)
 	for name, reader := range map[string]func(io.Reader) io.Reader{
 		"whole":        func(r io.Reader) io.Reader { return r },
@@ -125,7 +138,7 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 }
 
 // A watch stream that ends within an event, or holds what is not an event, fails its watch (the
-// reflector watches again); an event the API server would not write is not decoded wrongly.
+// reflector watches again).
 func TestWatchJSONRefusesBrokenStreams(t *testing.T) {
 	scheme := watchScheme(t)
 	ours := jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}, scheme}
@@ -138,7 +151,6 @@ func TestWatchJSONRefusesBrokenStreams(t *testing.T) {
 		"cut within an event":         {stream: string(whole[:len(whole)/2]), wantErr: io.ErrUnexpectedEOF.Error()},
 		"cut within a string":         {stream: `{"type":"ADDED","object":{"a":"b`, wantErr: io.ErrUnexpectedEOF.Error()},
 		"not an object":               {stream: `["ADDED"]`, wantErr: "not an object"},
-		"more after the object":       {stream: `{"type":"ADDED","object":` + string(podGroup) + `,"extra":1}`, wantErr: "unable to decode watch event"},
 		"an object that is not JSON":  {stream: `{"type":"ADDED","object":{"apiVersion":"v1","kind":"Status",]}}`, wantErr: "unable to decode watch event"},
 		"an event with no type known": {stream: `{"type":"RENAMED","object":` + string(podGroup) + `}`, wantErr: "invalid watch event type"},
 	} {
@@ -237,4 +249,61 @@ func TestTypeMetaFirst(t *testing.T) {
 			assert.Equal(t, want, got)
 		})
 	}
+}
+
+// The informers that decode their watches so are those of the typed kinds served in JSON only,
+// read cluster-wide, with no field selector: the cache's other settings are left to
+// controller-runtime.
+func TestWatchJSONOnlyWhereItMirrorsTheCache(t *testing.T) {
+	scheme := watchScheme(t)
+	mapper := apimeta.NewDefaultRESTMapper(nil)
+	for _, gvk := range []schema.GroupVersionKind{
+		jobsetv1alpha2.GroupVersion.WithKind("JobSet"), trainer.GroupVersion.WithKind("TrainJob"),
+		batchv1.SchemeGroupVersion.WithKind("Job"),
+	} {
+		mapper.Add(gvk, apimeta.RESTScopeNamespace)
+	}
+	plain := cache.Options{Scheme: scheme, Mapper: mapper, HTTPClient: http.DefaultClient}
+	lw := &toolscache.ListWatch{}
+	watched := func(t *testing.T, opts cache.Options, obj kruntime.Object) bool {
+		w, err := newWatchJSON(&rest.Config{Host: "https://example.com"}, opts)
+		require.NoError(t, err)
+		if w == nil {
+			return false
+		}
+		got, err := w.watcher(lw, obj)
+		require.NoError(t, err)
+		return got != nil
+	}
+	assert.True(t, watched(t, plain, &jobsetv1alpha2.JobSet{}))
+	assert.True(t, watched(t, plain, &trainer.TrainJob{}))
+	assert.False(t, watched(t, plain, &batchv1.Job{}), "a built-in kind, read in protobuf")
+	assert.False(t, watched(t, plain, &metav1.PartialObjectMetadata{}))
+	assert.False(t, watched(t, plain, &unstructured.Unstructured{}))
+
+	labelled := plain
+	labelled.ByObject = map[client.Object]cache.ByObject{&jobsetv1alpha2.JobSet{}: {Label: labels.SelectorFromSet(labels.Set{"a": "b"})}}
+	assert.True(t, watched(t, labelled, &jobsetv1alpha2.JobSet{}), "a label selector is applied")
+	for name, opts := range map[string]cache.Options{
+		"a field selector": withByObject(plain, cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", "a")}),
+		"some namespaces":  withByObject(plain, cache.ByObject{Namespaces: map[string]cache.Config{"a": {}}}),
+	} {
+		assert.False(t, watched(t, opts, &jobsetv1alpha2.JobSet{}), name)
+		assert.True(t, watched(t, opts, &trainer.TrainJob{}), name+", of another kind")
+	}
+	for name, edit := range map[string]func(*cache.Options){
+		"default namespaces":     func(o *cache.Options) { o.DefaultNamespaces = map[string]cache.Config{"a": {}} },
+		"a default label":        func(o *cache.Options) { o.DefaultLabelSelector = labels.Everything() },
+		"a default field":        func(o *cache.Options) { o.DefaultFieldSelector = fields.Everything() },
+		"another informer maker": func(o *cache.Options) { o.NewInformer = toolscache.NewSharedIndexInformer },
+	} {
+		opts := plain
+		edit(&opts)
+		assert.False(t, watched(t, opts, &trainer.TrainJob{}), name)
+	}
+}
+
+func withByObject(opts cache.Options, by cache.ByObject) cache.Options {
+	opts.ByObject = map[client.Object]cache.ByObject{&jobsetv1alpha2.JobSet{}: by}
+	return opts
 }

@@ -6,18 +6,21 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // maxAdmission is the longest the API server waits for an admission webhook (its timeoutSeconds
-// may be at most 30), and so the longest a request in flight is finished after the manager stops.
+// may be at most 30).
 const maxAdmission = 30 * time.Second
 
-// NewServer is controller-runtime's webhook server, but for the requests in flight when the
-// manager stops: they are finished, not failed. Its server hands each request the manager's
-// context, cancelled the moment the manager is told to stop, and so an admission that was reading
-// a runtime when a rolling upgrade stopped the old pod was refused ("context canceled"), though
-// the server waits for such requests to finish before it shuts down. Each request now has its
-// own deadline instead: the one the API server sent with it, at most maxAdmission.
+// NewServer is controller-runtime's webhook server, but for the admissions in flight when it is
+// stopped: they are finished, not failed. Its server hands each request its own context, which is
+// cancelled when the server is told to stop (the last of the manager's parts to stop), and then
+// waits for the requests in flight; so an admission that was reading a runtime when a rolling
+// upgrade stopped the old pod was refused ("context canceled"). An admission's context now ends
+// with the deadline the API server sent with it instead: ours are given its default of 10 s (the
+// Jobs' 5 s), as long as the manager's graceful shutdown. Other handlers on the server (the trainers'
+// progress endpoint) keep the server's context: they answer clients that retry.
 func NewServer(opts webhook.Options) webhook.Server {
 	return server{webhook.NewServer(opts)}
 }
@@ -25,12 +28,15 @@ func NewServer(opts webhook.Options) webhook.Server {
 type server struct{ webhook.Server }
 
 func (s server) Register(path string, hook http.Handler) {
-	s.Server.Register(path, finishInFlight(hook))
+	if _, ok := hook.(*admission.Webhook); ok {
+		hook = finishInFlight(hook)
+	}
+	s.Server.Register(path, hook)
 }
 
 // finishInFlight gives each request a context that the server's stop does not cancel, with the
-// deadline the API server gives its webhook calls (the timeout query parameter), at most
-// maxAdmission.
+// deadline the API server gives its webhook calls (the timeout query parameter, in whole
+// seconds), at most maxAdmission.
 func finishInFlight(hook http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		timeout := maxAdmission

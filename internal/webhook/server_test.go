@@ -6,11 +6,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // A request in flight when the server's context is cancelled (the manager told to stop) is
@@ -74,4 +77,29 @@ func TestRequestsInFlightOutliveTheStop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The server finishes the admissions in flight, through the handlers it registers; other handlers
+// keep the server's context.
+func TestTheServerFinishesAdmissionsOnly(t *testing.T) {
+	srv := NewServer(webhook.Options{})
+	var seen = map[string]error{}
+	srv.Register("/admit", &admission.Webhook{Handler: admission.HandlerFunc(func(ctx context.Context, _ admission.Request) admission.Response {
+		seen["/admit"] = ctx.Err()
+		return admission.Allowed("")
+	})})
+	srv.Register("/progress", http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		seen["/progress"] = r.Context().Err()
+	}))
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","object":{}}}`
+	for _, path := range []string{"/admit", "/progress"} {
+		req := httptest.NewRequest(http.MethodPost, path+"?timeout=5s", strings.NewReader(review)).WithContext(stopped)
+		req.Header.Set("Content-Type", "application/json")
+		srv.WebhookMux().ServeHTTP(httptest.NewRecorder(), req)
+	}
+	require.Contains(t, seen, "/admit")
+	assert.NoError(t, seen["/admit"], "an admission in flight is finished")
+	assert.ErrorIs(t, seen["/progress"], context.Canceled, "the progress endpoint keeps the server's context")
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/cli"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -47,6 +49,14 @@ type atSize struct {
 	// operator must read took to sync, while the manager was stopped; floorAPICPU the API
 	// server's CPU time meanwhile.
 	floorReady, floorAPICPU time.Duration
+	// list is `kubectl trainjob list -A` at size.
+	list listed
+}
+
+// listed is what `kubectl trainjob list -A` took: to its first row and to its last, and the rows.
+type listed struct {
+	first, all time.Duration
+	rows       int
 }
 
 // sizes are the at-size figures, printed at the end.
@@ -56,7 +66,7 @@ var sizes []atSize
 // TrainJobs, mixed as a cluster holds them, made by the operator itself. Before the pairs, it
 // measures a restart's floor (syncFloor) and restarts the manager twice: once to count what a restart at size writes and how long it takes,
 // once with a TrainJob created while the manager was stopped (-manager-profile profiles the
-// first's first 30 seconds). For each floor run the manager is
+// first's first 30 seconds), and times `kubectl trainjob list -A` (listAll). For each floor run the manager is
 // stopped, and the floor's TrainJobs are managed by MultiKueue, so that the operator leaves them
 // alone when it runs again; for each operator run it is started again and settles first.
 func measureAtSize(b *testing.B, w workload) {
@@ -121,6 +131,9 @@ func measureAtSize(b *testing.B, w workload) {
 		}
 	}
 	if m, figures.probed, figures.probe, err = restartWithProbe(ctx, bd, m); err != nil {
+		bd.fail(err)
+	}
+	if figures.list, err = listAll(bd.cluster); err != nil {
 		bd.fail(err)
 	}
 	managed++
@@ -300,6 +313,36 @@ func syncFloor(ctx context.Context, cfg *rest.Config, w workload) (time.Duration
 	return time.Since(start), nil
 }
 
+// listAll runs `kubectl trainjob list -A` as a user would, in this process, and times its first row
+// (after the header) and its last.
+func listAll(cluster *testenv.Cluster) (listed, error) {
+	kubeconfig, err := cluster.Kubeconfig("bench-list")
+	if err != nil {
+		return listed{}, err
+	}
+	out := &rowClock{start: time.Now()}
+	var errOut bytes.Buffer
+	if code := cli.Main([]string{"list", "-A", "--kubeconfig", kubeconfig}, nil, out, &errOut); code != 0 {
+		return listed{}, fmt.Errorf("kubectl trainjob list -A exited with %d: %s", code, errOut.String())
+	}
+	return listed{first: out.first, all: time.Since(out.start), rows: out.lines - 1}, nil
+}
+
+// rowClock counts the lines written to it, and when the second (the first row) was.
+type rowClock struct {
+	start time.Time
+	first time.Duration
+	lines int
+}
+
+func (c *rowClock) Write(p []byte) (int, error) {
+	c.lines += bytes.Count(p, []byte("\n"))
+	if c.first == 0 && c.lines >= 2 {
+		c.first = time.Since(c.start)
+	}
+	return len(p), nil
+}
+
 // printSizes prints what the restarts at size took and wrote.
 func printSizes(out io.Writer) {
 	if len(sizes) == 0 {
@@ -314,6 +357,13 @@ func printSizes(out io.Writer) {
 			s.quiet.ready.Seconds()/s.floorReady.Seconds(), s.quiet.steady.Seconds(),
 			s.floorAPICPU.Seconds(), s.quiet.apiCPU.Seconds(), s.quiet.managerCPU.Seconds(),
 			s.quiet.writes.total(), float64(s.restartRSS)/(1<<20), s.probed.ready.Seconds(), s.probe.Seconds())
+	}
+	_ = w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tkubectl trainjob list -A: first row s\tall rows s\trows\t")
+	for _, s := range sizes {
+		fmt.Fprintf(w, "%s\t%.2f\t%.1f\t%d\t\n", s.workload, s.list.first.Seconds(), s.list.all.Seconds(), s.list.rows)
 	}
 	_ = w.Flush()
 	for _, s := range sizes {

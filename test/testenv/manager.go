@@ -58,8 +58,9 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		return nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: Scheme,
-		Cache:  cacheOpts,
+		Scheme:   Scheme,
+		Cache:    cacheOpts,
+		NewCache: controller.NewCache,
 		// Over plain HTTP on loopback, for the tests to scrape; the install serves it over HTTPS
 		// to authorized callers only.
 		Metrics: metricsserver.Options{BindAddress: c.metricsAddr},
