@@ -141,6 +141,7 @@ fuzz: ## Run each fuzz target on FUZZTIME inputs (go test's coverage-guided fuzz
 	$(GO) test ./internal/webhook -run '^$$' -fuzz '^FuzzAdmission$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/framework/mpi -run '^$$' -fuzz '^FuzzHostfile$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/progress -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/controller -run '^$$' -fuzz '^FuzzJSONFrames$$' -fuzztime $(FUZZTIME)
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests only, without an API server.
