@@ -25,17 +25,18 @@ import (
 )
 
 // The watches of the kinds served in JSON only (custom resources: TrainJobs, JobSets, PodGroups)
-// are read with a decoder that reads each event's bytes three times (to find where the event ends,
-// where its object ends, and to decode the object, which checks it first) where client-go's reads
-// them nine times: its framer scans the event, its serializer scans it twice to find a kind the
-// event has not got, twice more to decode the event and copy out its object, then twice to find
-// the object's kind and twice to decode it. At a restart with 50,000 TrainJobs that was two thirds
-// of the manager's CPU (docs/performance.md). Of what the API server writes for these kinds, each
-// event and object decodes to what client-go's decoding makes of it (TestWatchJSONDecodesAsClientGo);
-// an event written otherwise is decoded by client-go's decoder. One difference is left: an object's
-// kind is read from its first fields, where client-go reads the last of its keys that match
-// "apiVersion" and "kind" without regard to case; only a custom resource that keeps unknown fields
-// at its root could hold a second, and the informer drops an object of another kind either way.
+// are read with a decoder that reads each event's bytes four times (to find where the event ends
+// and where its object ends, then twice to decode the object, which is checked whole first) where
+// client-go's reads them nine times: its framer scans the event, its serializer scans it twice to
+// find a kind the event has not got, twice more to decode the event and copy out its object, then
+// twice to find the object's kind and twice to decode it. At a restart with 50,000 TrainJobs that
+// was two thirds of the manager's CPU (docs/performance.md). Of what the API server writes for
+// these kinds, each event and object decodes to what client-go's decoding makes of it
+// (TestWatchJSONDecodesAsClientGo); an event written otherwise is decoded by client-go's decoder.
+// One difference is left: an object's kind is read from its first fields, where client-go reads the
+// last of its keys that match "apiVersion" and "kind" without regard to case; only a custom
+// resource that keeps unknown fields at its root could hold a second, and there client-go's
+// decoding would make an object of another kind, which the informer refuses.
 
 // NewCache is controller-runtime's cache (cache.New) whose informers of the typed kinds served in
 // JSON only decode their watches with jsonOnce: the manager's NewCache. It is given the cache's
