@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
 // How the operator is installed into a local cluster with in-cluster clients, from its image
@@ -229,6 +231,17 @@ func (in *Installed) WaitReady(ctx context.Context, timeout time.Duration) error
 	})
 	if err != nil {
 		return fmt.Errorf("the manager's %d replicas were not ready within %s: %v %+v", ptr.Deref(d.Spec.Replicas, 0), timeout, last, d.Status)
+	}
+	// Its pods ready is not yet its Service's: until kube-proxy has their addresses, a webhook
+	// call is refused. A dry run of a runtime's create asks the webhooks until one answers
+	// (admitted or denied alike).
+	probe := &trainer.TrainingRuntime{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: in.Namespace}}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		last = in.cluster.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		return last == nil || !strings.Contains(last.Error(), "failed calling webhook"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the manager's webhooks did not answer through its Service within %s: %v", timeout, last)
 	}
 	return nil
 }
