@@ -72,11 +72,15 @@ func newWatchJSON(config *rest.Config, opts cache.Options) (*watchJSON, error) {
 		len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil {
 		return nil, nil
 	}
+	codecs, err := newJSONOnce(opts.Scheme)
+	if err != nil {
+		return nil, err
+	}
 	w := &watchJSON{
 		scheme: opts.Scheme, mapper: opts.Mapper, config: config, httpClient: opts.HTTPClient,
 		byObject:  map[schema.GroupVersionKind]cache.ByObject{},
 		bookmarks: ptr.Deref(opts.DefaultEnableWatchBookmarks, true),
-		codecs:    jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(opts.Scheme)}, opts.Scheme},
+		codecs:    codecs,
 	}
 	for obj, by := range opts.ByObject {
 		gvk, err := apiutil.GVKForObject(obj, opts.Scheme)
@@ -146,31 +150,37 @@ func (w *watchJSON) watcher(lw toolscache.ListerWatcher, obj runtime.Object) (to
 }
 
 // jsonOnce is the scheme's codecs but for JSON, whose stream is framed by jsonFrames and decoded
-// by onceDecoder.
+// by onceDecoder; made once, for every watch of the cache.
 type jsonOnce struct {
 	runtime.NegotiatedSerializer
-	scheme *runtime.Scheme
+	infos []runtime.SerializerInfo
 }
 
-func (j jsonOnce) SupportedMediaTypes() []runtime.SerializerInfo {
-	infos := j.NegotiatedSerializer.SupportedMediaTypes()
-	out := make([]runtime.SerializerInfo, 0, len(infos))
-	for _, info := range infos {
+func newJSONOnce(scheme *runtime.Scheme) (jsonOnce, error) {
+	codecs := serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}
+	events, _, err := scheme.ObjectKinds(&metav1.WatchEvent{})
+	if err != nil {
+		return jsonOnce{}, err
+	}
+	var infos []runtime.SerializerInfo
+	for _, info := range codecs.SupportedMediaTypes() {
 		if info.MediaType == runtime.ContentTypeJSON && info.StreamSerializer != nil {
 			decoder := onceDecoder{
 				Serializer: info.Serializer,
-				objects:    jsonserializer.NewSerializerWithOptions(typeMetaFirst{}, j.scheme, j.scheme, jsonserializer.SerializerOptions{}),
-				typer:      j.scheme,
+				objects:    jsonserializer.NewSerializerWithOptions(typeMetaFirst{}, scheme, scheme, jsonserializer.SerializerOptions{}),
+				event:      events[0],
 			}
 			info.Serializer = decoder
 			stream := *info.StreamSerializer
 			stream.Serializer, stream.Framer = decoder, jsonFrames{}
 			info.StreamSerializer = &stream
 		}
-		out = append(out, info)
+		infos = append(infos, info)
 	}
-	return out
+	return jsonOnce{NegotiatedSerializer: codecs, infos: infos}, nil
 }
+
+func (j jsonOnce) SupportedMediaTypes() []runtime.SerializerInfo { return j.infos }
 
 // onceDecoder decodes a watch event by slicing its object out of it, and an object by reading
 // its kind from its first two fields; what it does not recognize it decodes as client-go would.
@@ -179,7 +189,8 @@ type onceDecoder struct {
 	runtime.Serializer
 	// objects is client-go's JSON serializer but for how it reads an object's kind.
 	objects runtime.Serializer
-	typer   runtime.ObjectTyper
+	// event is the kind of a watch event, as client-go's decoding returns it.
+	event schema.GroupVersionKind
 }
 
 func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -188,11 +199,8 @@ func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 			// object is part of the stream decoder's buffer, decoded before the next event is
 			// read into it; nothing in a decoded object keeps the bytes it was decoded from.
 			event.Type, event.Object = kind, runtime.RawExtension{Raw: object}
-			gvks, _, err := d.typer.ObjectKinds(event)
-			if err != nil {
-				return nil, nil, err
-			}
-			return event, &gvks[0], nil
+			gvk := d.event
+			return event, &gvk, nil
 		}
 		return d.Serializer.Decode(data, defaults, into)
 	}

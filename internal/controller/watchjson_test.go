@@ -87,7 +87,8 @@ func compacted(t testing.TB, file string) []byte {
 func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 	scheme := watchScheme(t)
 	theirs := serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}
-	ours := jsonOnce{theirs, scheme}
+	ours, err := newJSONOnce(scheme)
+	require.NoError(t, err)
 
 	jobSet, trainJob, podGroup := compacted(t, "testdata/cached-jobset.json"), compacted(t, "testdata/cached-trainjob.json"), compacted(t, "testdata/cached-podgroup.json")
 	// A trainer as the SDK writes it: a function's source, with quotes, backslashes, braces and
@@ -140,8 +141,8 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 // A watch stream that ends within an event, or holds what is not an event, fails its watch (the
 // reflector watches again).
 func TestWatchJSONRefusesBrokenStreams(t *testing.T) {
-	scheme := watchScheme(t)
-	ours := jsonOnce{serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}, scheme}
+	ours, err := newJSONOnce(watchScheme(t))
+	require.NoError(t, err)
 	podGroup := compacted(t, "testdata/cached-podgroup.json")
 	whole := watchEvent(t, watch.Added, podGroup)
 	for name, tc := range map[string]struct {

@@ -64,11 +64,12 @@ var sizes []atSize
 
 // measureAtSize measures a workload's -repeat pairs in one API server that holds -existing
 // TrainJobs, mixed as a cluster holds them, made by the operator itself. Before the pairs, it
-// measures a restart's floor (syncFloor) and restarts the manager twice: once to count what a restart at size writes and how long it takes,
-// once with a TrainJob created while the manager was stopped (-manager-profile profiles the
-// first's first 30 seconds), and times `kubectl trainjob list -A` (listAll). For each floor run the manager is
-// stopped, and the floor's TrainJobs are managed by MultiKueue, so that the operator leaves them
-// alone when it runs again; for each operator run it is started again and settles first.
+// measures a restart's floor (syncFloor) and restarts the manager twice: once to count what a
+// restart at size writes and how long it takes, once with a TrainJob created while the manager
+// was stopped (-manager-profile profiles the first's first 30 seconds), and times `kubectl
+// trainjob list -A` (listAll). For each floor run the manager is stopped, and the floor's
+// TrainJobs are managed by MultiKueue, so that the operator leaves them alone when it runs
+// again; for each operator run it is started again and settles first.
 func measureAtSize(b *testing.B, w workload) {
 	ctx := context.Background()
 	bd := newBed(b, w)
