@@ -112,10 +112,16 @@ what your RBAC lets you, nothing more.`,
 }
 
 // Main runs the plugin with args and returns its exit code: 1 after an error, which it prints
-// as kubectl does.
+// as kubectl does. An interrupt or SIGTERM ends it.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return Run(ctx, args, stdin, stdout, stderr)
+}
+
+// Run is Main until ctx ends: a program that runs the plugin in its own process (the benchmark
+// runs the console) stops it so.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := NewCommand(genericiooptions.IOStreams{In: stdin, Out: stdout, ErrOut: stderr})
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {

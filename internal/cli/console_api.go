@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,36 +22,64 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
 
-// stream sends the browser the TrainJobs as server-sent events: a snapshot, then each change.
+// stream sends the browser the page of TrainJobs it shows as server-sent events: the page at
+// once, then again whenever it changes, at most every pageInterval. The browser asks for another
+// page, filter or selection with another stream; it holds one page, and so does the stream.
 func (s *consoleServer) stream(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming is not supported", http.StatusInternalServerError)
 		return
 	}
+	v, err := parseView(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	events, done := s.hub.subscribe()
+	changed, done := s.hub.subscribe()
 	defer done()
 	fmt.Fprintf(w, "event: scope\ndata: %q\n\n", s.scope)
+	var last []byte
 	keepAlive := time.NewTicker(30 * time.Second)
 	defer keepAlive.Stop()
 	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case msg, ok := <-events:
-			if !ok {
-				return // too far behind: the browser connects again
-			}
+		if msg := sseEvent("page", s.hub.show(v)); !bytes.Equal(msg, last) {
 			if _, err := w.Write(msg); err != nil {
 				return
 			}
-			flusher.Flush()
+			last = msg
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-changed:
+			// The changes that come meanwhile wait in changed, and go out in the next page.
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(pageInterval):
+			}
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
-			flusher.Flush()
 		}
 	}
+}
+
+// parseView reads the view a stream is asked for: ?q=<filter>&state=<state>&page=<n>&selected=<namespace/name>.
+func parseView(q url.Values) (view, error) {
+	// The filter looks in each field apart: the NUL that parts them in tracked.text is no
+	// character of any.
+	v := view{text: strings.ToLower(strings.ReplaceAll(strings.TrimSpace(q.Get("q")), "\x00", "")), state: q.Get("state"), selected: q.Get("selected")}
+	if p := q.Get("page"); p != "" {
+		page, err := strconv.Atoi(p)
+		if err != nil || page < 0 {
+			return view{}, fmt.Errorf("page %q: a page is a number from 0", p)
+		}
+		v.page = page
+	}
+	return v, nil
 }
 
 // detailView is a TrainJob as the console's page shows it.

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,9 +27,12 @@ const (
 	// scope: past it, the histories of finished TrainJobs go first, the one reported last
 	// longest ago first, then every other point of the longest history.
 	maxPoints = 50000
-	// subscriberBuffer is how many updates a browser may lag behind before it is dropped (its
-	// EventSource connects again and gets a fresh snapshot).
-	subscriberBuffer = 1024
+	// pageSize is how many TrainJobs a page of the list holds: a browser is sent one page, never
+	// the whole scope.
+	pageSize = 100
+	// pageInterval is the least time between two pages sent to a browser: the changes of a busy
+	// cluster that come faster are sent together.
+	pageInterval = 250 * time.Millisecond
 	// How long the console waits to list again after its list or watch failed: longer each time
 	// it fails again, so that a user who may list but not watch costs the API server little.
 	watchRetry    = 5 * time.Second
@@ -96,28 +101,41 @@ type mark struct {
 // saw while it ran.
 type tracked struct {
 	summary summary
+	// text is what the list's filter looks in: the namespace, name, state, runtime and failure
+	// reason, in lower case.
+	text string
+	// listed is the number of the last list that held it.
+	listed  int
 	history []point
 	// state is the latest state seen, states the changes seen.
 	state  string
 	states []mark
 }
 
-// hub keeps the TrainJobs of the console's scope from one list and one watch, and sends each
-// change to every browser that follows them.
+// hub keeps the TrainJobs of the console's scope from one list and one watch, and wakes every
+// browser's stream when they change; each stream then reads the page its browser shows.
 type hub struct {
 	mu   sync.Mutex
 	jobs map[string]*tracked
+	// order is every TrainJob by key while sorted is true: a TrainJob added out of order (the
+	// API server lists them in order) or gone unsorts it, and the next page sorts it again.
+	order  []*tracked
+	sorted bool
+	// lists counts the lists read whole; a list's end forgets what it did not hold.
+	lists int
 	// points counts the reports kept in every TrainJob's history; floor is what shed could not
 	// go below (a report each of more TrainJobs than maxPoints), which it tries again only a
 	// tenth of maxPoints later.
 	points, floor int
-	subs          map[chan []byte]struct{}
+	// subs are the streams to wake when anything changes: a wake waits in its channel until the
+	// stream reads a page, however many changes come meanwhile.
+	subs map[chan struct{}]struct{}
 	// problem is why the console cannot list or watch TrainJobs now, if it cannot.
 	problem string
 }
 
 func newHub() *hub {
-	return &hub{jobs: map[string]*tracked{}, subs: map[chan []byte]struct{}{}}
+	return &hub{jobs: map[string]*tracked{}, sorted: true, subs: map[chan struct{}]struct{}{}}
 }
 
 // run keeps the hub in step with the cluster until ctx ends; when the list or watch fails (the
@@ -127,7 +145,7 @@ func (h *hub) run(ctx context.Context, c *clients, opts []client.ListOption) {
 	retry := watchRetry
 	for {
 		began := time.Now()
-		err := trainJobWatcher{listed: h.listed, changed: h.changed, watching: h.watching}.run(ctx, c, opts, true)
+		err := trainJobWatcher{page: h.page, listed: h.listed, changed: h.changed, watching: h.watching}.run(ctx, c, opts, true)
 		if ctx.Err() != nil {
 			return
 		}
@@ -156,46 +174,61 @@ func (h *hub) tell(problem string) {
 		return
 	}
 	h.problem = problem
-	h.broadcast("problem", map[string]string{"message": problem})
+	h.wake()
 }
 
-func (h *hub) listed(all []trainer.TrainJob) {
+// page observes a page of a list, which pages shows at once: the first rows of 50,000 come
+// before the rest are read.
+func (h *hub) page(items []trainer.TrainJob) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	seen := map[string]bool{}
-	for i := range all {
-		seen[h.observe(&all[i])] = true
+	for i := range items {
+		h.observe(&items[i]).listed = h.lists + 1
 	}
-	for key := range h.jobs {
-		if !seen[key] {
+	h.wake()
+}
+
+// listed forgets what the list just read whole did not hold: it was deleted while the console
+// could not watch.
+func (h *hub) listed() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lists++
+	for key, t := range h.jobs {
+		if t.listed != h.lists {
 			h.forget(key)
 		}
 	}
-	h.broadcast("snapshot", h.snapshotLocked())
+	h.wake()
 }
 
 func (h *hub) changed(typ watch.EventType, tj *trainer.TrainJob) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if typ == watch.Deleted {
-		key := tj.Namespace + "/" + tj.Name
-		h.forget(key)
-		h.broadcast("delete", map[string]string{"key": key})
-		return
+		h.forget(tj.Namespace + "/" + tj.Name)
+	} else {
+		h.observe(tj)
 	}
-	key := h.observe(tj)
-	h.broadcast("upsert", h.jobs[key].summary)
+	h.wake()
 }
 
-// observe records a TrainJob's latest state, and its new report and state if it has them.
-func (h *hub) observe(tj *trainer.TrainJob) string {
+// observe records a TrainJob's latest state, and its new report and state if it has them. The
+// caller holds mu.
+func (h *hub) observe(tj *trainer.TrainJob) *tracked {
 	s := summarize(tj)
 	t, ok := h.jobs[s.Key]
 	if !ok {
 		t = &tracked{}
 		h.jobs[s.Key] = t
+		if n := len(h.order); h.sorted && (n == 0 || h.order[n-1].summary.Key < s.Key) {
+			h.order = append(h.order, t)
+		} else {
+			h.sorted = false
+		}
 	}
 	t.summary = s
+	t.text = strings.ToLower(strings.Join([]string{s.Namespace, s.Name, cmp.Or(s.State, trainer.TrainJobPending), s.Runtime, s.Reason}, "\x00"))
 	if ts := tj.Status.TrainerStatus; ts != nil && !ts.LastUpdatedTime.IsZero() &&
 		(len(t.history) == 0 || t.history[len(t.history)-1].Time.Before(ts.LastUpdatedTime.Time)) {
 		p := point{Time: ts.LastUpdatedTime.Time, Progress: ts.ProgressPercentage, Metrics: map[string]string{}}
@@ -223,7 +256,7 @@ func (h *hub) observe(tj *trainer.TrainJob) string {
 			t.states = slices.Delete(t.states, 0, len(t.states)-maxStates)
 		}
 	}
-	return s.Key
+	return t
 }
 
 // forget drops a TrainJob and its reports. The caller holds mu.
@@ -231,6 +264,7 @@ func (h *hub) forget(key string) {
 	if t, ok := h.jobs[key]; ok {
 		h.points -= len(t.history)
 		delete(h.jobs, key)
+		h.sorted = false
 	}
 }
 
@@ -256,66 +290,138 @@ func (h *hub) shed() {
 		h.points -= len(t.history)
 		t.history = nil
 	}
-	for h.points > goal {
-		var longest *tracked
-		for _, t := range h.jobs {
-			if longest == nil || len(t.history) > len(longest.history) {
-				longest = t
-			}
+	// The longest history first, from a heap: a scan of every TrainJob for each would take
+	// minutes with tens of thousands running.
+	longest := byLength{}
+	for _, t := range h.jobs {
+		if len(t.history) > 1 {
+			longest = append(longest, t)
 		}
-		if len(longest.history) <= 1 {
+	}
+	heap.Init(&longest)
+	for h.points > goal {
+		if len(longest) == 0 {
 			h.floor = h.points // A report each: bounded by the TrainJobs themselves.
 			return
 		}
-		kept := longest.history[:0]
-		for i, p := range longest.history {
-			if i%2 == 1 || i == len(longest.history)-1 {
+		t := longest[0]
+		kept := t.history[:0]
+		for i, p := range t.history {
+			if i%2 == 1 || i == len(t.history)-1 {
 				kept = append(kept, p)
 			}
 		}
-		h.points -= len(longest.history) - len(kept)
-		longest.history = slices.Clip(kept)
+		h.points -= len(t.history) - len(kept)
+		t.history = slices.Clip(kept)
+		if len(t.history) > 1 {
+			heap.Fix(&longest, 0)
+		} else {
+			heap.Pop(&longest)
+		}
 	}
 }
 
-// snapshotLocked is every TrainJob's summary, by namespace and name.
-func (h *hub) snapshotLocked() map[string]any {
-	items := make([]summary, 0, len(h.jobs))
-	for _, t := range h.jobs {
-		items = append(items, t.summary)
-	}
-	slices.SortFunc(items, func(a, b summary) int { return cmp.Compare(a.Key, b.Key) })
-	return map[string]any{"items": items, "problem": h.problem}
+// byLength is a heap of TrainJobs, the longest history on top.
+type byLength []*tracked
+
+func (b byLength) Len() int           { return len(b) }
+func (b byLength) Less(i, j int) bool { return len(b[i].history) > len(b[j].history) }
+func (b byLength) Swap(i, j int)      { b[i], b[j] = b[j], b[i] }
+func (b *byLength) Push(x any)        { *b = append(*b, x.(*tracked)) }
+func (b *byLength) Pop() any {
+	old := *b
+	t := old[len(old)-1]
+	*b = old[:len(old)-1]
+	return t
 }
 
-// subscribe returns a channel of the events to send a browser, the first of them a snapshot,
-// and a function that ends the subscription.
-func (h *hub) subscribe() (<-chan []byte, func()) {
-	ch := make(chan []byte, subscriberBuffer)
+// view is what a browser shows: a page of the TrainJobs in state (any, when empty) whose
+// namespace, name, state, runtime or failure reason holds text (lower case), and the one it
+// selected.
+type view struct {
+	text, state string
+	page        int
+	selected    string
+}
+
+func (v view) matches(t *tracked) bool {
+	return (v.state == "" || cmp.Or(t.summary.State, trainer.TrainJobPending) == v.state) && strings.Contains(t.text, v.text)
+}
+
+// pageView is a page of the list as a browser is sent it.
+type pageView struct {
+	Items []summary `json:"items"`
+	// Page is the page shown: the last there is, when the one asked for is past it.
+	Page int `json:"page"`
+	// Matching counts the TrainJobs the filter keeps, All those of the scope.
+	Matching int `json:"matching"`
+	All      int `json:"all"`
+	// Listing is true until the first list has been read whole.
+	Listing bool   `json:"listing,omitempty"`
+	Problem string `json:"problem,omitempty"`
+	// Selected is the selected TrainJob's summary, wherever it is in the list; none once it is
+	// gone.
+	Selected *summary `json:"selected,omitempty"`
+}
+
+// show is the page a view shows now: one pass over the TrainJobs in order, two when the page
+// asked for is past the last.
+func (h *hub) show(v view) pageView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch <- sseEvent("snapshot", h.snapshotLocked())
+	if !h.sorted {
+		h.order = h.order[:0]
+		for _, t := range h.jobs {
+			h.order = append(h.order, t)
+		}
+		slices.SortFunc(h.order, func(a, b *tracked) int { return cmp.Compare(a.summary.Key, b.summary.Key) })
+		h.sorted = true
+	}
+	p := pageView{Items: []summary{}, Page: max(v.page, 0), All: len(h.jobs), Listing: h.lists == 0, Problem: h.problem}
+	for {
+		first := p.Page * pageSize
+		p.Matching = 0
+		for _, t := range h.order {
+			if !v.matches(t) {
+				continue
+			}
+			if p.Matching >= first && p.Matching < first+pageSize {
+				p.Items = append(p.Items, t.summary)
+			}
+			p.Matching++
+		}
+		if len(p.Items) > 0 || p.Matching == 0 {
+			break
+		}
+		p.Page = (p.Matching - 1) / pageSize
+	}
+	if t, ok := h.jobs[v.selected]; ok {
+		selected := t.summary
+		p.Selected = &selected
+	}
+	return p
+}
+
+// subscribe returns a channel that is woken when anything changes, and a function that ends the
+// subscription.
+func (h *hub) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.subs[ch] = struct{}{}
 	return ch, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if _, ok := h.subs[ch]; ok {
-			delete(h.subs, ch)
-			close(ch)
-		}
+		delete(h.subs, ch)
 	}
 }
 
-// broadcast sends an event to every browser; one too far behind is dropped, and its
-// EventSource connects again for a fresh snapshot. The caller holds mu.
-func (h *hub) broadcast(event string, data any) {
-	msg := sseEvent(event, data)
+// wake wakes every stream that is not awake already. The caller holds mu.
+func (h *hub) wake() {
 	for ch := range h.subs {
 		select {
-		case ch <- msg:
+		case ch <- struct{}{}:
 		default:
-			delete(h.subs, ch)
-			close(ch)
 		}
 	}
 }

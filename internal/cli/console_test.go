@@ -1,9 +1,15 @@
 package cli
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,43 +90,197 @@ func TestTheConsoleAnswersOnlyItsOwnPage(t *testing.T) {
 	assert.Empty(t, s.streams, "slots not given back")
 }
 
-func TestTheHubSendsASnapshotThenChanges(t *testing.T) {
-	h := newHub()
-	tj := func(name, state string) *trainer.TrainJob {
-		return &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: trainer.TrainJobStatus{State: state}}
-	}
-	h.listed([]trainer.TrainJob{*tj("b", "Running"), *tj("a", "Created")})
-	events, done := h.subscribe()
-	snapshot := string(<-events)
-	assert.True(t, strings.HasPrefix(snapshot, "event: snapshot\ndata: "), snapshot)
-	assert.Less(t, strings.Index(snapshot, `"key":"ns/a"`), strings.Index(snapshot, `"key":"ns/b"`), "sorted by key")
+func consoleTrainJob(name, state string) *trainer.TrainJob {
+	return &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: "torch"}}, Status: trainer.TrainJobStatus{State: state}}
+}
 
-	reporting := tj("a", "Running")
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func keys(p pageView) []string {
+	var keys []string
+	for _, s := range p.Items {
+		keys = append(keys, s.Key)
+	}
+	return keys
+}
+
+// TestTheHubShowsEachBrowserItsPage: a browser is shown one page of what its filter keeps, in
+// order, with the counts and its selected TrainJob wherever that is; a list's first page shows
+// before the rest is read; a list read again forgets what it no longer holds.
+func TestTheHubShowsEachBrowserItsPage(t *testing.T) {
+	h := newHub()
+	var all []trainer.TrainJob
+	for i := range 250 {
+		all = append(all, *consoleTrainJob(fmt.Sprintf("tj-%03d", i), ""))
+	}
+	h.page(all[:120])
+	p := h.show(view{})
+	assert.True(t, p.Listing, "the first list is not read whole yet")
+	assert.Equal(t, 120, p.All)
+	require.Len(t, p.Items, pageSize)
+	assert.Equal(t, "ns/tj-000", p.Items[0].Key)
+	h.page(all[120:])
+	h.listed()
+	p = h.show(view{page: 2})
+	assert.False(t, p.Listing)
+	assert.Equal(t, 250, p.All)
+	assert.Equal(t, 250, p.Matching)
+	assert.Equal(t, 2, p.Page)
+	assert.Equal(t, "ns/tj-200", p.Items[0].Key)
+	assert.Len(t, p.Items, 50)
+	p = h.show(view{page: 7})
+	assert.Equal(t, 2, p.Page, "a page past the last shows the last")
+	assert.Equal(t, "ns/tj-249", p.Items[len(p.Items)-1].Key)
+
+	// The filter: namespace, name, state, runtime or reason, in any case; and the state.
+	failed := consoleTrainJob("tj-007", trainer.TrainJobFailed)
+	failed.Status.Failure = &trainer.PodFailure{Reason: "OutOfMemory"}
+	h.changed(watch.Modified, failed)
+	h.changed(watch.Modified, consoleTrainJob("tj-240", trainer.TrainJobRunning))
+	assert.Equal(t, []string{"ns/tj-240", "ns/tj-241", "ns/tj-242"}, keys(h.show(view{text: "tj-24"}))[:3])
+	assert.Equal(t, []string{"ns/tj-007"}, keys(h.show(view{text: "outofmem"})))
+	assert.Equal(t, []string{"ns/tj-240"}, keys(h.show(view{state: trainer.TrainJobRunning})))
+	assert.Equal(t, 248, h.show(view{state: trainer.TrainJobPending}).Matching, "no state is Pending")
+	assert.Equal(t, 248, h.show(view{text: "pend"}).Matching)
+	assert.Equal(t, 250, h.show(view{text: "torch"}).Matching)
+	spanning, err := parseView(url.Values{"q": {" TJ-007\x00failed "}})
+	require.NoError(t, err)
+	none := h.show(spanning)
+	assert.Empty(t, none.Items, "the fields are apart: a filter cannot span two")
+	assert.Equal(t, 0, none.Page)
+	assert.Equal(t, []string{"ns/tj-007"}, keys(h.show(must(parseView(url.Values{"q": {" TJ-007 "}})))))
+
+	// The selected TrainJob, wherever it is; none once it is gone.
+	p = h.show(view{selected: "ns/tj-240"})
+	require.NotNil(t, p.Selected)
+	assert.Equal(t, trainer.TrainJobRunning, p.Selected.State)
+	h.changed(watch.Deleted, consoleTrainJob("tj-240", ""))
+	assert.Nil(t, h.show(view{selected: "ns/tj-240"}).Selected)
+	assert.Equal(t, 249, h.show(view{}).All)
+
+	// One made out of order is shown in order; a list read again forgets what it does not hold.
+	h.changed(watch.Added, consoleTrainJob("a", ""))
+	assert.Equal(t, "ns/a", h.show(view{}).Items[0].Key)
+	h.page(all[100:103])
+	h.listed()
+	assert.Equal(t, []string{"ns/tj-100", "ns/tj-101", "ns/tj-102"}, keys(h.show(view{})))
+}
+
+// TestTheHubWakesEachStreamOnce: however many changes come before a stream reads its page, it
+// is woken once; it keeps nothing else.
+func TestTheHubWakesEachStreamOnce(t *testing.T) {
+	h := newHub()
+	changed, done := h.subscribe()
+	for i := range 1000 {
+		h.changed(watch.Added, consoleTrainJob(fmt.Sprintf("tj-%d", i), ""))
+	}
+	<-changed
+	select {
+	case <-changed:
+		t.Fatal("woken twice")
+	default:
+	}
+	h.tell("forbidden")
+	<-changed
+	assert.Equal(t, "forbidden", h.show(view{}).Problem)
+	done()
+	h.changed(watch.Added, consoleTrainJob("after", ""))
+	assert.Empty(t, changed, "woken after it ended")
+}
+
+// TestTheHubKeepsWhatItSawOfEachTrainJob: a report adds a point to the charts once, and a change
+// of state adds to the timeline, but not the state it was first seen in.
+func TestTheHubKeepsWhatItSawOfEachTrainJob(t *testing.T) {
+	h := newHub()
+	h.page([]trainer.TrainJob{*consoleTrainJob("a", "Created")})
+	h.listed()
+	reporting := consoleTrainJob("a", "Running")
 	reporting.Status.TrainerStatus = &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](30), LastUpdatedTime: metav1.NewTime(time.Now()),
 		Metrics: []trainer.Metric{{Name: "loss", Value: "0.3"}}}
 	h.changed(watch.Modified, reporting)
-	assert.Contains(t, string(<-events), `"progress":30`)
 	h.changed(watch.Modified, reporting) // the same report again adds no point
-	<-events
-	h.changed(watch.Deleted, tj("b", ""))
-	assert.Equal(t, "event: delete\ndata: {\"key\":\"ns/b\"}\n\n", string(<-events))
-
+	assert.Equal(t, ptr.To[int32](30), h.show(view{}).Items[0].Progress)
 	history, states := h.record("ns/a")
 	assert.Len(t, history, 1)
 	assert.Equal(t, map[string]string{"loss": "0.3"}, history[0].Metrics)
 	require.Len(t, states, 1, "the state it was first seen in is not a change")
 	assert.Equal(t, "Running", states[0].What)
+}
 
-	// A browser that falls too far behind is dropped, and its EventSource connects again.
-	for range subscriberBuffer + 1 {
-		h.changed(watch.Modified, tj("c", "Running"))
+// TestTheStreamSendsThePageAsItChanges reads the console's stream over HTTP: the scope, the page
+// asked for, then the page again when it changes, and not when a change leaves it as it was.
+func TestTheStreamSendsThePageAsItChanges(t *testing.T) {
+	srv := httptest.NewUnstartedServer(nil)
+	s := newConsoleServer(nil, "tok", srv.Listener.Addr().(*net.TCPAddr).Port, "namespace ns")
+	srv.Config.Handler = s
+	srv.Start()
+	t.Cleanup(srv.Close)
+	s.hub.page([]trainer.TrainJob{*consoleTrainJob("a-1", ""), *consoleTrainJob("b-1", "")})
+	s.hub.listed()
+
+	bad, err := http.Get(srv.URL + "/s/tok/api/stream?page=-1")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(bad.Body)
+	_ = bad.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, bad.StatusCode)
+	assert.Contains(t, string(body), `page "-1": a page is a number from 0`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/s/tok/api/stream?q=A-&selected=ns/b-1", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	events := bufio.NewReader(resp.Body)
+	next := func() (string, string) {
+		t.Helper()
+		var event, data string
+		for {
+			line, err := events.ReadString('\n')
+			require.NoError(t, err)
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimSpace(strings.TrimPrefix(line, "event: "))
+			case strings.HasPrefix(line, "data: "):
+				data = strings.TrimSpace(strings.TrimPrefix(line, "data: "))
+			case line == "\n" && event != "":
+				return event, data
+			}
+		}
 	}
-	drained := 0
-	for range events {
-		drained++
+	page := func() pageView {
+		t.Helper()
+		event, data := next()
+		require.Equal(t, "page", event)
+		var p pageView
+		require.NoError(t, json.Unmarshal([]byte(data), &p))
+		return p
 	}
-	assert.Equal(t, subscriberBuffer, drained, "the stream ends once the buffer is full")
-	done() // ending a dropped subscription is harmless
+	event, data := next()
+	assert.Equal(t, "scope", event)
+	assert.Equal(t, `"namespace ns"`, data)
+	p := page()
+	assert.Equal(t, []string{"ns/a-1"}, keys(p))
+	assert.Equal(t, 2, p.All)
+	require.NotNil(t, p.Selected, "the selected TrainJob is sent, though the filter hides it")
+	assert.Equal(t, "ns/b-1", p.Selected.Key)
+
+	// A change the page does not show sends nothing; the next that it shows is sent.
+	s.hub.changed(watch.Modified, consoleTrainJob("a-1", ""))
+	s.hub.changed(watch.Added, consoleTrainJob("a-2", trainer.TrainJobRunning))
+	p = page()
+	assert.Equal(t, []string{"ns/a-1", "ns/a-2"}, keys(p))
+	s.hub.changed(watch.Deleted, consoleTrainJob("b-1", ""))
+	p = page()
+	assert.Nil(t, p.Selected, "the selected TrainJob is gone")
+	assert.Equal(t, 2, p.All)
 }
 
 // TestOpenBrowserKeepsTheTokenOffCommandLines opens the console with a stand-in browser: what

@@ -15,13 +15,15 @@ import (
 // as kubectl does.
 const listPage = 500
 
-// trainJobWatcher is told what a list and a watch of TrainJobs see: listed gets every TrainJob
-// there is (again after the watch fell too far behind to resume), changed each change after.
+// trainJobWatcher is told what a list and a watch of TrainJobs see: page gets each page of a
+// list as it is read (again after the watch fell too far behind to resume), changed each change
+// after.
 type trainJobWatcher struct {
-	listed func([]trainer.TrainJob)
-	// page, if set, is told each page of a list as it is read, and listed then none: a terminal
-	// shows the first of 50,000 TrainJobs as soon as they come.
-	page    func([]trainer.TrainJob)
+	// page is told each page of a list as it is read: a terminal or the console shows the first
+	// of 50,000 TrainJobs as soon as they come.
+	page func([]trainer.TrainJob)
+	// listed, if set, is told when a list has been read whole: what it did not tell of is gone.
+	listed  func()
 	changed func(watch.EventType, *trainer.TrainJob)
 	// watching, if set, is told each time a watch has begun.
 	watching func()
@@ -40,22 +42,18 @@ func (w trainJobWatcher) run(ctx context.Context, c *clients, opts []client.List
 }
 
 func (w trainJobWatcher) list(ctx context.Context, c *clients, opts []client.ListOption) (string, error) {
-	var all []trainer.TrainJob
 	for cont := ""; ; {
-		// A list of its own for each page: all keeps the items, which a decoder that reuses its
-		// target would overwrite with the next page's (controller-runtime's zeroes it first).
+		// A list of its own for each page: a reader may keep the items, which a decoder that
+		// reuses its target would overwrite with the next page's (controller-runtime's zeroes it
+		// first).
 		var page trainer.TrainJobList
 		if err := c.List(ctx, &page, append(opts, client.Limit(listPage), client.Continue(cont))...); err != nil {
 			return "", err
 		}
-		if w.page != nil {
-			w.page(page.Items)
-		} else {
-			all = append(all, page.Items...)
-		}
+		w.page(page.Items)
 		if cont = page.Continue; cont == "" {
-			if w.page == nil {
-				w.listed(all)
+			if w.listed != nil {
+				w.listed()
 			}
 			return page.ResourceVersion, nil
 		}

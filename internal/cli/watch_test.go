@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -67,27 +68,24 @@ func TestTheListReadsEachPageApart(t *testing.T) {
 		tj.Labels = labels(i)
 		require.NoError(t, cluster.Client.Create(ctx, tj))
 	}
-	var got []trainer.TrainJob
-	w := trainJobWatcher{listed: func(tjs []trainer.TrainJob) { got = tjs }}
+	// Each page as it comes, then that the list is whole.
+	var pages [][]trainer.TrainJob
+	whole := 0
+	w := trainJobWatcher{
+		page:   func(tjs []trainer.TrainJob) { pages = append(pages, tjs) },
+		listed: func() { whole++ },
+	}
 	_, err := w.list(ctx, &clients{WithWatch: c, namespace: ns}, []client.ListOption{client.InNamespace(ns)})
 	require.NoError(t, err)
+	require.Len(t, pages, 2)
+	assert.Len(t, pages[0], listPage)
+	assert.Equal(t, 1, whole, "told the list is whole once, after its last page")
+	got := slices.Concat(pages...)
 	require.Len(t, got, n)
 	for i, tj := range got {
 		assert.Equal(t, fmt.Sprintf("tj-%04d", i), tj.Name)
 		assert.Equal(t, labels(i), tj.Labels, "TrainJob %s", tj.Name)
 	}
-
-	// A terminal's list is told each page as it comes, and the whole never.
-	var pages [][]trainer.TrainJob
-	w = trainJobWatcher{
-		page:   func(tjs []trainer.TrainJob) { pages = append(pages, tjs) },
-		listed: func([]trainer.TrainJob) { t.Error("told the whole list") },
-	}
-	_, err = w.list(ctx, &clients{WithWatch: c, namespace: ns}, []client.ListOption{client.InNamespace(ns)})
-	require.NoError(t, err)
-	require.Len(t, pages, 2)
-	assert.Len(t, pages[0], listPage)
-	assert.Equal(t, fmt.Sprintf("tj-%04d", n-1), pages[1][len(pages[1])-1].Name)
 }
 
 // TestTheEventsReadAreTheTrainJobsOnly: describe and the console read the events of the TrainJob

@@ -1,11 +1,18 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -49,8 +56,18 @@ type atSize struct {
 	// operator must read took to sync, while the manager was stopped; floorAPICPU the API
 	// server's CPU time meanwhile.
 	floorReady, floorAPICPU time.Duration
-	// list is `kubectl trainjob list -A` at size.
-	list listed
+	// list is `kubectl trainjob list -A` at size, console its console.
+	list    listed
+	console consoled
+}
+
+// consoled is what `kubectl trainjob console -A` took, as its page reads it: to its first rows,
+// to the whole list read, and to a filter's answer; the bytes of a page, and the heap the
+// console kept (this process's, with the console holding every TrainJob's summary).
+type consoled struct {
+	first, all, filter time.Duration
+	pageBytes          int
+	heap               uint64
 }
 
 // listed is what `kubectl trainjob list -A` took: to its first row and to its last, and the rows.
@@ -135,6 +152,9 @@ func measureAtSize(b *testing.B, w workload) {
 		bd.fail(err)
 	}
 	if figures.list, err = listAll(bd.cluster); err != nil {
+		bd.fail(err)
+	}
+	if figures.console, err = openConsole(bd.cluster, *existing); err != nil {
 		bd.fail(err)
 	}
 	managed++
@@ -329,6 +349,133 @@ func listAll(cluster *testenv.Cluster) (listed, error) {
 	return listed{first: out.first, all: time.Since(out.start), rows: out.lines - 1}, nil
 }
 
+// openConsole serves `kubectl trainjob console -A` in this process as a user would, and reads
+// its list as the page does, through the console's stream: it times the first rows, the whole
+// list read (n TrainJobs or more), and, then, a filter that keeps one of them.
+func openConsole(cluster *testenv.Cluster, n int) (consoled, error) {
+	kubeconfig, err := cluster.Kubeconfig("bench-console")
+	if err != nil {
+		return consoled{}, err
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer stop()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	start := time.Now()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- cli.Run(ctx, []string{"console", "-A", "--kubeconfig", kubeconfig}, nil, out, errOut)
+	}()
+	defer func() { stop(); <-exited }()
+	var url string
+	for url == "" {
+		select {
+		case code := <-exited:
+			exited <- code
+			return consoled{}, fmt.Errorf("kubectl trainjob console -A exited with %d: %s", code, errOut.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		url = regexp.MustCompile(`http://127\.0\.0\.1:\d+/s/\S+/`).FindString(out.String())
+	}
+
+	var c consoled
+	err = readPages(ctx, url+"api/stream", func(p consolePage, size int) bool {
+		if c.first == 0 && len(p.Items) > 0 {
+			c.first = time.Since(start)
+		}
+		if p.Listing || p.All < n {
+			return true
+		}
+		c.all, c.pageBytes = time.Since(start), size
+		return false
+	})
+	if err != nil {
+		return consoled{}, err
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	c.heap = after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc)
+	asked := time.Now()
+	name := fmt.Sprintf("old-%d", n/2)
+	var kept consolePage
+	err = readPages(ctx, url+"api/stream?q="+name, func(p consolePage, _ int) bool {
+		c.filter, kept = time.Since(asked), p
+		return false
+	})
+	if err == nil && (kept.Matching != 1 || kept.Items[0].Key != "bench/"+name) {
+		err = fmt.Errorf("the filter %s kept %d TrainJobs, not one", name, kept.Matching)
+	}
+	return c, err
+}
+
+// consolePage is what the console's stream sends of a page.
+type consolePage struct {
+	Items []struct {
+		Key string `json:"key"`
+	} `json:"items"`
+	Matching int  `json:"matching"`
+	All      int  `json:"all"`
+	Listing  bool `json:"listing"`
+}
+
+// readPages reads the pages a console's stream sends, each with its size, until more says no
+// more.
+func readPages(ctx context.Context, url string, more func(p consolePage, size int) bool) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	events := bufio.NewReader(resp.Body)
+	page := false
+	for {
+		line, err := events.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		switch {
+		case line == "event: page\n":
+			page = true
+		case page && strings.HasPrefix(line, "data: "):
+			var p consolePage
+			if err := json.Unmarshal([]byte(line[len("data: "):]), &p); err != nil {
+				return err
+			}
+			if !more(p, len(line)) {
+				return nil
+			}
+			page = false
+		}
+	}
+}
+
+// syncBuffer is a buffer that one goroutine writes and another reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // rowClock counts the lines written to it, and when the second (the first row) was.
 type rowClock struct {
 	start time.Time
@@ -365,6 +512,15 @@ func printSizes(out io.Writer) {
 	fmt.Fprintln(w, "workload\tkubectl trainjob list -A: first row s\tall rows s\trows\t")
 	for _, s := range sizes {
 		fmt.Fprintf(w, "%s\t%.2f\t%.1f\t%d\t\n", s.workload, s.list.first.Seconds(), s.list.all.Seconds(), s.list.rows)
+	}
+	_ = w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tkubectl trainjob console -A: first rows s\tall read s\ta filter ms\ta page KiB\theap kept MiB\t")
+	for _, s := range sizes {
+		c := s.console
+		fmt.Fprintf(w, "%s\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.workload, c.first.Seconds(), c.all.Seconds(),
+			float64(c.filter)/float64(time.Millisecond), float64(c.pageBytes)/1024, float64(c.heap)/(1<<20))
 	}
 	_ = w.Flush()
 	for _, s := range sizes {

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -202,7 +203,9 @@ func TestTheConsoleShowsTrainJobsLive(t *testing.T) {
 }
 
 // TestTheConsoleListsAThousandTrainJobs opens the console on a namespace of 1,000 TrainJobs:
-// the first page of the list shows 100 of them, the pager the rest, and the filter finds one.
+// the first page of the list shows 100 of them, the pager the rest, and the filter finds one;
+// the page holds only the rows it shows, and still follows the selected TrainJob the filter
+// hides.
 // The time from the page's request to the first rows is logged (docs/console.md): a speed
 // target is judged by measurements, not by a test.
 func TestTheConsoleListsAThousandTrainJobs(t *testing.T) {
@@ -241,7 +244,19 @@ func TestTheConsoleListsAThousandTrainJobs(t *testing.T) {
 	assert.Equal(t, "1–100 of 1000", info)
 	within(t, page, "the last page", chromedp.Click(chromedp.ID("next")), chromedp.Click(chromedp.ID("next")),
 		chromedp.WaitVisible(chromedp.CSS(row(ns, "tj-0299"))))
+	within(t, page, "select one on the last page", chromedp.Click(chromedp.CSS(row(ns, "tj-0250"))))
+	asked := time.Now()
 	within(t, page, "filter", chromedp.SendKeys(chromedp.ID("filter"), "tj-0999"), chromedp.WaitVisible(chromedp.CSS(row(ns, "tj-0999"))))
-	poll(t, page, "the filter keeps one", `document.querySelectorAll('#list tbody tr').length === 1`)
+	t.Logf("A filter answered in %s", time.Since(asked).Round(time.Millisecond))
+	poll(t, page, "the filter keeps one", `document.querySelectorAll('#list tbody tr').length === 1 && document.getElementById('page-info').textContent === '1–1 of 1'`)
+	assert.Equal(t, 1, read(t, page, "what the page holds", chromedp.Evaluate[int](`state.list.items.length`)),
+		"the page holds the rows it shows, not every TrainJob")
+	assert.Equal(t, "tj-0250", read(t, page, "the selected TrainJob", chromedp.Text(chromedp.ID("d-name"))), "the filter closed the selected TrainJob")
 	screenshot(t, page, "console-thousand.png")
+
+	// The selected TrainJob, filtered out of the list, is still followed: its deletion shows.
+	require.NoError(t, k8sClient.Delete(context.Background(), &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tj-0250"}}))
+	poll(t, page, "the deletion shows", `document.getElementById('d-state').textContent === 'Deleted'`)
+	within(t, page, "a filter that keeps none", chromedp.SendKeys(chromedp.ID("filter"), "x"))
+	poll(t, page, "the page says none matches", `!document.getElementById('empty').hidden && document.getElementById('empty').textContent === 'No TrainJob matches the filter.'`)
 }

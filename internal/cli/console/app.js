@@ -1,16 +1,19 @@
-// The TrainJob console: a live list of TrainJobs from one server-sent event stream, and the
-// details of the one selected. Everything is read and changed through the console's server,
-// which acts with the user's kubeconfig.
+// The TrainJob console: a live page of the list of TrainJobs from one server-sent event stream,
+// and the details of the one selected. The console's server filters and pages the list, so the
+// page holds one page of it however many TrainJobs there are. Everything is read and changed
+// through the console's server, which acts with the user's kubeconfig.
 'use strict';
 
-const PAGE = 100;            // rows a page of the list shows
+const PAGE = 100;            // rows a page of the list shows: the server's pageSize
 const DETAIL_REFRESH = 10000; // ms between re-reads of the selected TrainJob's tree and events
 const MAX_LOG_LINES = 5000;
 
 const state = {
-  jobs: new Map(),  // key -> summary
+  list: { items: [], page: 0, matching: 0, all: 0 }, // the page the server sent last
   page: 0,
+  stream: null,     // EventSource of the list's page
   selected: null,   // key
+  summary: null,    // the selected TrainJob's summary, as the stream sent it last
   detail: null,
   logs: null,       // EventSource of the logs shown
   logSource: '',
@@ -57,18 +60,6 @@ function stateClass(st) { return 'state state-' + (st || 'Pending').toLowerCase(
 
 // ---- The list ----
 
-function matches(s, text, st) {
-  if (st && (s.state || 'Pending') !== st) return false;
-  if (!text) return true;
-  return [s.namespace, s.name, s.state, s.runtime, s.reason].some((f) => (f || '').toLowerCase().includes(text));
-}
-
-function visible() {
-  const text = $('filter').value.trim().toLowerCase();
-  const st = $('state-filter').value;
-  return [...state.jobs.values()].filter((s) => matches(s, text, st));
-}
-
 function queueRender() {
   if (state.renderQueued) return;
   state.renderQueued = true;
@@ -83,12 +74,9 @@ function progressCell(s) {
 }
 
 function renderList() {
-  const rows = visible();
-  const pages = Math.max(1, Math.ceil(rows.length / PAGE));
-  state.page = Math.min(state.page, pages - 1);
-  const shown = rows.slice(state.page * PAGE, (state.page + 1) * PAGE);
+  const list = state.list;
   const body = el('tbody');
-  for (const s of shown) {
+  for (const s of list.items) {
     const left = etaLeft(s);
     const tr = el('tr', { 'data-key': s.key, class: s.key === state.selected ? 'selected' : '' },
       el('td', {}, s.namespace),
@@ -103,38 +91,46 @@ function renderList() {
     body.append(tr);
   }
   $('list').tBodies[0].replaceWith(body);
-  $('empty').hidden = rows.length > 0;
-  $('page-info').textContent = rows.length ? `${state.page * PAGE + 1}–${state.page * PAGE + shown.length} of ${rows.length}` : '';
-  $('prev').disabled = state.page === 0;
-  $('next').disabled = state.page >= pages - 1;
-  $('count').textContent = `${state.jobs.size} TrainJob${state.jobs.size === 1 ? '' : 's'}`;
+  $('empty').hidden = list.matching > 0;
+  $('empty').textContent = list.all ? 'No TrainJob matches the filter.' : 'No TrainJobs here yet.';
+  const first = list.page * PAGE;
+  $('page-info').textContent = list.matching ? `${first + 1}–${first + list.items.length} of ${list.matching}` : '';
+  $('prev').disabled = list.page === 0;
+  $('next').disabled = first + list.items.length >= list.matching;
+  $('count').textContent = `${list.all} TrainJob${list.all === 1 ? '' : 's'}` + (list.listing ? ', reading the rest…' : '');
 }
 
+// connect opens the stream of the page the list shows, its filter and the selected TrainJob,
+// closing the one before: another page, filter or selection is another stream.
 function connect() {
-  const events = new EventSource('api/stream');
+  if (state.stream) state.stream.close();
+  const params = new URLSearchParams({ q: $('filter').value, state: $('state-filter').value, page: state.page, selected: state.selected || '' });
+  const events = new EventSource('api/stream?' + params);
+  state.stream = events;
   events.addEventListener('open', () => { $('connection').textContent = 'live'; $('connection').className = 'connection live'; });
   events.addEventListener('error', () => { $('connection').textContent = 'reconnecting'; $('connection').className = 'connection'; });
   events.addEventListener('scope', (e) => { $('scope').textContent = JSON.parse(e.data); });
-  events.addEventListener('snapshot', (e) => {
-    const snap = JSON.parse(e.data);
-    state.jobs = new Map(snap.items.map((s) => [s.key, s]));
-    showProblem(snap.problem);
+  events.addEventListener('page', (e) => {
+    const list = JSON.parse(e.data);
+    state.list = list;
+    state.page = list.page;
+    showProblem(list.problem);
     queueRender();
-    if (state.selected) refreshDetail();
+    if (state.selected) selectedIs(list.selected, list.listing);
   });
-  events.addEventListener('upsert', (e) => {
-    const s = JSON.parse(e.data);
-    state.jobs.set(s.key, s);
-    queueRender();
-    if (s.key === state.selected) { renderSummary(s); refreshDetailSoon(); }
-  });
-  events.addEventListener('delete', (e) => {
-    const { key } = JSON.parse(e.data);
-    state.jobs.delete(key);
-    queueRender();
-    if (key === state.selected) { $('d-state').textContent = 'Deleted'; $('d-state').className = 'state state-deleted'; }
-  });
-  events.addEventListener('problem', (e) => showProblem(JSON.parse(e.data).message));
+}
+
+// selectedIs takes the selected TrainJob's summary as the stream sent it: its change reads the
+// details again; its absence, once the list is read whole, is its deletion.
+function selectedIs(s, listing) {
+  if (!s) {
+    if (state.summary && !listing) { $('d-state').textContent = 'Deleted'; $('d-state').className = 'state state-deleted'; }
+    state.summary = null;
+    return;
+  }
+  const changed = JSON.stringify(s) !== JSON.stringify(state.summary);
+  state.summary = s;
+  if (changed) { renderSummary(s); refreshDetailSoon(); }
 }
 
 function showProblem(message) {
@@ -147,16 +143,17 @@ function showProblem(message) {
 function select(key) {
   if (state.selected === key) return;
   state.selected = key;
+  state.summary = state.list.items.find((s) => s.key === key) || null;
   state.detail = null;
   location.hash = key;
   $('detail-pane').hidden = false;
   $('action-message').hidden = true;
   $('d-name').textContent = key;
-  const s = state.jobs.get(key);
-  if (s) renderSummary(s);
+  if (state.summary) renderSummary(state.summary);
   for (const id of ['d-timeline', 'd-charts', 'd-tree', 'd-logs']) $(id).replaceChildren();
   state.logSource = '';
   closeLogs();
+  connect();
   queueRender();
   refreshDetail();
   clearInterval(state.detailTimer);
@@ -165,10 +162,12 @@ function select(key) {
 
 function closeDetail() {
   state.selected = null;
+  state.summary = null;
   closeLogs();
   clearInterval(state.detailTimer);
   $('detail-pane').hidden = true;
   history.replaceState(null, '', location.pathname);
+  connect();
   queueRender();
 }
 
@@ -355,7 +354,7 @@ function confirmAction(text) {
 async function act(action) {
   const key = state.selected;
   const [namespace, name] = key.split('/');
-  const s = state.jobs.get(key);
+  const s = state.summary || (state.detail && state.detail.summary);
   if (!s) return;
   const words = { suspend: `Suspend ${name} in namespace ${namespace}? Its pods stop; resume starts them again.`,
     resume: `Resume ${name} in namespace ${namespace}?`,
@@ -378,10 +377,11 @@ async function act(action) {
 // ---- Wiring ----
 
 document.addEventListener('DOMContentLoaded', () => {
-  $('filter').addEventListener('input', () => { state.page = 0; queueRender(); });
-  $('state-filter').addEventListener('change', () => { state.page = 0; queueRender(); });
-  $('prev').addEventListener('click', () => { state.page--; queueRender(); });
-  $('next').addEventListener('click', () => { state.page++; queueRender(); });
+  const again = () => { state.page = 0; connect(); };
+  $('filter').addEventListener('input', again);
+  $('state-filter').addEventListener('change', again);
+  $('prev').addEventListener('click', () => { state.page--; connect(); });
+  $('next').addEventListener('click', () => { state.page++; connect(); });
   $('close').addEventListener('click', closeDetail);
   $('action-suspend').addEventListener('click', () => act('suspend'));
   $('action-resume').addEventListener('click', () => act('resume'));
@@ -391,10 +391,9 @@ document.addEventListener('DOMContentLoaded', () => {
   // The ETAs count down between reports.
   setInterval(() => {
     queueRender();
-    const s = state.selected && state.jobs.get(state.selected);
-    if (s) renderSummary(s);
+    if (state.summary) renderSummary(state.summary);
   }, 1000);
   document.addEventListener('visibilitychange', () => { if (!document.hidden) refreshDetail(); });
-  connect();
   if (location.hash.length > 1) select(decodeURIComponent(location.hash.slice(1)));
+  else connect();
 });
