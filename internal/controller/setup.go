@@ -284,6 +284,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	if err := b.Complete(g); err != nil {
 		return err
 	}
+	// A standby's caches are the leader's: the informers of every kind the controllers watch run
+	// on every replica (the TrainJobs', Jobs' and PodGroups' are above), so a replica that takes
+	// the lead starts its workers on synced caches, and lists nothing at size.
+	for _, obj := range []client.Object{&jobsetv1alpha2.JobSet{}, &autoscalingv2.HorizontalPodAutoscaler{},
+		&trainer.ClusterTrainingRuntime{}, &trainer.TrainingRuntime{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
 	return setupTTL(mgr, opts)
 }
 

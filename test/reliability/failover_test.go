@@ -124,6 +124,15 @@ func TestOnlyTheLeaderWritesAndAStandbyTakesOver(t *testing.T) {
 	}
 	assert.NotEmpty(t, writesA, "the leader wrote nothing")
 	assert.Empty(t, early, "the replica that did not lead wrote")
+	// Its caches were the leader's while it stood by: it took the lead without a list, which at
+	// size would take as long as a restart.
+	var listed []string
+	for _, e := range events {
+		if e.User.Username == b.user && e.Verb == "list" && !e.RequestReceivedTimestamp.Time.Before(leadsFrom) {
+			listed = append(listed, resourceOf(e))
+		}
+	}
+	assert.Empty(t, listed, "the new leader listed, after it took the lead")
 	resumed := firstWrite(events, b.user, "jobsets")
 	require.False(t, resumed.IsZero(), "the new leader made no JobSet")
 	t.Logf("takeover after SIGKILL of the leader: lease taken %s after the kill, first JobSet %s after it (lease duration 15s, retry period 2s)",
