@@ -9,13 +9,18 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
 
-// auditPolicy logs the metadata of every write, once its response is sent.
+// auditPolicy logs the metadata of every write and list, once its response is sent, and of
+// every watch as it starts.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted", "Panic"]
+omitStages: ["RequestReceived", "Panic"]
 rules:
 - level: Metadata
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection", "list"]
+  omitStages: ["ResponseStarted"]
+- level: Metadata
+  verbs: ["watch"]
+  omitStages: ["ResponseComplete"]
 - level: None
 `
 
@@ -34,7 +39,7 @@ func (c *Cluster) configureAudit() error {
 
 func (c *Cluster) auditLogPath() string { return filepath.Join(c.LogDir(), "audit.log") }
 
-// AuditLog reads the writes the API server logged so far (WithAuditLog).
+// AuditLog reads the writes, lists and watches the API server logged so far (WithAuditLog).
 func (c *Cluster) AuditLog() ([]auditv1.Event, error) {
 	f, err := os.Open(c.auditLogPath())
 	if err != nil {

@@ -70,7 +70,7 @@ func WithWebhooks(s *settings) { s.webhooks = true }
 // would serve them: for a manager run as its own program, which serves none.
 func WithoutJobSetWebhooks(s *settings) { s.noJobSetWebhooks = true }
 
-// WithAuditLog makes the API server log every write, with who made it: Cluster.AuditLog.
+// WithAuditLog makes the API server log every write, list and watch, with who made it: Cluster.AuditLog.
 func WithAuditLog(s *settings) { s.audit = true }
 
 func newSettings(opts []Option) *settings {
