@@ -50,6 +50,8 @@ type atSize struct {
 	// was stopped, whose JobSet appeared probe after the restarted manager's workers started.
 	quiet, probed *restarted
 	probe         time.Duration
+	// failedOver is a standby's takeover when the leader stops (failover).
+	failedOver *restarted
 	// restartRSS is the peak RSS of the manager of the quiet restart, once steady.
 	restartRSS uint64
 	// floorReady is the restart's floor: how long plain caches of the kinds every TrainJob
@@ -83,8 +85,8 @@ var sizes []atSize
 // TrainJobs, mixed as a cluster holds them, made by the operator itself. Before the pairs, it
 // measures a restart's floor (syncFloor) and restarts the manager twice: once to count what a
 // restart at size writes and how long it takes, once with a TrainJob created while the manager
-// was stopped (-manager-profile profiles the first's first 30 seconds), and times `kubectl
-// trainjob list -A` (listAll). For each floor run the manager is stopped, and the floor's
+// was stopped (-manager-profile profiles the first's first 30 seconds), measures a failover
+// (failover), and times `kubectl trainjob list -A` (listAll) and its console (openConsole). For each floor run the manager is stopped, and the floor's
 // TrainJobs are managed by MultiKueue, so that the operator leaves them alone when it runs
 // again; for each operator run it is started again and settles first.
 func measureAtSize(b *testing.B, w workload) {
@@ -149,6 +151,9 @@ func measureAtSize(b *testing.B, w workload) {
 		}
 	}
 	if m, figures.probed, figures.probe, err = restartWithProbe(ctx, bd, m); err != nil {
+		bd.fail(err)
+	}
+	if m, figures.failedOver, err = failover(ctx, bd.cluster, bd.cp, m, want()); err != nil {
 		bd.fail(err)
 	}
 	if figures.list, err = listAll(bd.cluster); err != nil {
@@ -546,6 +551,14 @@ func printSizes(out io.Writer) {
 	_ = w.Flush()
 	fmt.Fprintln(out)
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tfailover, from the leader's stop: new leader's workers s\tsteady s\tAPI CPU s\twrites\t")
+	for _, s := range sizes {
+		f := s.failedOver
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", s.workload, f.ready.Seconds(), f.steady.Seconds(), f.apiCPU.Seconds(), f.writes.total())
+	}
+	_ = w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "workload\tkubectl trainjob list -A: first row s\tall rows s\trows\t")
 	for _, s := range sizes {
 		fmt.Fprintf(w, "%s\t%.2f\t%.1f\t%d\t\n", s.workload, s.list.first.Seconds(), s.list.all.Seconds(), s.list.rows)
@@ -563,6 +576,9 @@ func printSizes(out io.Writer) {
 	for _, s := range sizes {
 		for _, k := range s.quiet.writes.kinds() {
 			fmt.Fprintf(out, "  %s: %s\t%.0f\n", s.workload, k, s.quiet.writes[k])
+		}
+		for _, k := range s.failedOver.writes.kinds() {
+			fmt.Fprintf(out, "  %s, failover: %s\t%.0f\n", s.workload, k, s.failedOver.writes[k])
 		}
 	}
 }
