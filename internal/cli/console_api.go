@@ -44,7 +44,9 @@ func (s *consoleServer) stream(w http.ResponseWriter, r *http.Request) {
 	keepAlive := time.NewTicker(30 * time.Second)
 	defer keepAlive.Stop()
 	for {
-		if msg := sseEvent("page", s.hub.show(v)); !bytes.Equal(msg, last) {
+		p := s.hub.show(v)
+		v.page = p.Page // The page shown: more TrainJobs later do not move the list to another.
+		if msg := sseEvent("page", p); !bytes.Equal(msg, last) {
 			if _, err := w.Write(msg); err != nil {
 				return
 			}
@@ -74,10 +76,11 @@ func parseView(q url.Values) (view, error) {
 	v := view{text: strings.ToLower(strings.ReplaceAll(strings.TrimSpace(q.Get("q")), "\x00", "")), state: q.Get("state"), selected: q.Get("selected")}
 	if p := q.Get("page"); p != "" {
 		page, err := strconv.Atoi(p)
-		if err != nil || page < 0 {
+		if err != nil {
 			return view{}, fmt.Errorf("page %q: a page is a number from 0", p)
 		}
-		v.page = page
+		// A page before the first shows the first, one past the last the last.
+		v.page = min(max(page, 0), maxPage)
 	}
 	return v, nil
 }

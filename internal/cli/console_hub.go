@@ -30,6 +30,9 @@ const (
 	// pageSize is how many TrainJobs a page of the list holds: a browser is sent one page, never
 	// the whole scope.
 	pageSize = 100
+	// maxPage is the last page a stream may ask for (a hundred million TrainJobs): one past the
+	// TrainJobs there are shows the last.
+	maxPage = 1 << 20
 	// pageInterval is the least time between two pages sent to a browser: the changes of a busy
 	// cluster that come faster are sent together.
 	pageInterval = 250 * time.Millisecond
@@ -117,12 +120,12 @@ type tracked struct {
 type hub struct {
 	mu   sync.Mutex
 	jobs map[string]*tracked
-	// order is every TrainJob by key while sorted is true: a TrainJob added out of order (the
-	// API server lists them in order) or gone unsorts it, and the next page sorts it again.
-	order  []*tracked
-	sorted bool
-	// lists counts the lists read whole; a list's end forgets what it did not hold.
+	// order is every TrainJob by key, as the API server lists them.
+	order []*tracked
+	// lists counts the lists begun, whole is whether one was read whole: a list's end forgets
+	// what it did not hold.
 	lists int
+	whole bool
 	// points counts the reports kept in every TrainJob's history; floor is what shed could not
 	// go below (a report each of more TrainJobs than maxPoints), which it tries again only a
 	// tenth of maxPoints later.
@@ -135,7 +138,7 @@ type hub struct {
 }
 
 func newHub() *hub {
-	return &hub{jobs: map[string]*tracked{}, sorted: true, subs: map[chan struct{}]struct{}{}}
+	return &hub{jobs: map[string]*tracked{}, subs: map[chan struct{}]struct{}{}}
 }
 
 // run keeps the hub in step with the cluster until ctx ends; when the list or watch fails (the
@@ -145,7 +148,7 @@ func (h *hub) run(ctx context.Context, c *clients, opts []client.ListOption) {
 	retry := watchRetry
 	for {
 		began := time.Now()
-		err := trainJobWatcher{page: h.page, listed: h.listed, changed: h.changed, watching: h.watching}.run(ctx, c, opts, true)
+		err := trainJobWatcher{listing: h.listing, page: h.page, listed: h.listed, changed: h.changed, watching: h.watching}.run(ctx, c, opts, true)
 		if ctx.Err() != nil {
 			return
 		}
@@ -177,13 +180,21 @@ func (h *hub) tell(problem string) {
 	h.wake()
 }
 
+// listing begins a list: what it does not hold once read whole is forgotten, even if a list
+// that failed partway held it.
+func (h *hub) listing() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lists++
+}
+
 // page observes a page of a list, which pages shows at once: the first rows of 50,000 come
 // before the rest are read.
 func (h *hub) page(items []trainer.TrainJob) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := range items {
-		h.observe(&items[i]).listed = h.lists + 1
+		h.observe(&items[i]).listed = h.lists
 	}
 	h.wake()
 }
@@ -193,7 +204,7 @@ func (h *hub) page(items []trainer.TrainJob) {
 func (h *hub) listed() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lists++
+	h.whole = true
 	for key, t := range h.jobs {
 		if t.listed != h.lists {
 			h.forget(key)
@@ -221,11 +232,8 @@ func (h *hub) observe(tj *trainer.TrainJob) *tracked {
 	if !ok {
 		t = &tracked{}
 		h.jobs[s.Key] = t
-		if n := len(h.order); h.sorted && (n == 0 || h.order[n-1].summary.Key < s.Key) {
-			h.order = append(h.order, t)
-		} else {
-			h.sorted = false
-		}
+		i, _ := h.find(s.Key)
+		h.order = slices.Insert(h.order, i, t) // At the end, as a list comes.
 	}
 	t.summary = s
 	t.text = strings.ToLower(strings.Join([]string{s.Namespace, s.Name, cmp.Or(s.State, trainer.TrainJobPending), s.Runtime, s.Reason}, "\x00"))
@@ -264,8 +272,15 @@ func (h *hub) forget(key string) {
 	if t, ok := h.jobs[key]; ok {
 		h.points -= len(t.history)
 		delete(h.jobs, key)
-		h.sorted = false
+		if i, found := h.find(key); found {
+			h.order = slices.Delete(h.order, i, i+1)
+		}
 	}
+}
+
+// find is where key is in order, or would be. The caller holds mu.
+func (h *hub) find(key string) (int, bool) {
+	return slices.BinarySearchFunc(h.order, key, func(t *tracked, key string) int { return strings.Compare(t.summary.Key, key) })
 }
 
 // shed drops reports until a tenth of maxPoints is free (or each TrainJob keeps one): the histories of finished TrainJobs,
@@ -365,19 +380,11 @@ type pageView struct {
 }
 
 // show is the page a view shows now: one pass over the TrainJobs in order, two when the page
-// asked for is past the last.
+// asked for is past the last, which shows the last.
 func (h *hub) show(v view) pageView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.sorted {
-		h.order = h.order[:0]
-		for _, t := range h.jobs {
-			h.order = append(h.order, t)
-		}
-		slices.SortFunc(h.order, func(a, b *tracked) int { return cmp.Compare(a.summary.Key, b.summary.Key) })
-		h.sorted = true
-	}
-	p := pageView{Items: []summary{}, Page: max(v.page, 0), All: len(h.jobs), Listing: h.lists == 0, Problem: h.problem}
+	p := pageView{Items: []summary{}, Page: max(v.page, 0), All: len(h.jobs), Listing: !h.whole, Problem: h.problem}
 	for {
 		first := p.Page * pageSize
 		p.Matching = 0
@@ -393,7 +400,10 @@ func (h *hub) show(v view) pageView {
 		if len(p.Items) > 0 || p.Matching == 0 {
 			break
 		}
-		p.Page = (p.Matching - 1) / pageSize
+		p.Page = (p.Matching - 1) / pageSize // The last: Matching > 0.
+	}
+	if p.Matching == 0 {
+		p.Page = 0
 	}
 	if t, ok := h.jobs[v.selected]; ok {
 		selected := t.summary

@@ -119,6 +119,7 @@ func TestTheHubShowsEachBrowserItsPage(t *testing.T) {
 	for i := range 250 {
 		all = append(all, *consoleTrainJob(fmt.Sprintf("tj-%03d", i), ""))
 	}
+	h.listing()
 	h.page(all[:120])
 	p := h.show(view{})
 	assert.True(t, p.Listing, "the first list is not read whole yet")
@@ -153,7 +154,7 @@ func TestTheHubShowsEachBrowserItsPage(t *testing.T) {
 	require.NoError(t, err)
 	none := h.show(spanning)
 	assert.Empty(t, none.Items, "the fields are apart: a filter cannot span two")
-	assert.Equal(t, 0, none.Page)
+	assert.Equal(t, 0, h.show(view{text: "none such", page: 3}).Page, "nothing matches: the first page, not the one asked for")
 	assert.Equal(t, []string{"ns/tj-007"}, keys(h.show(must(parseView(url.Values{"q": {" TJ-007 "}})))))
 
 	// The selected TrainJob, wherever it is; none once it is gone.
@@ -164,12 +165,19 @@ func TestTheHubShowsEachBrowserItsPage(t *testing.T) {
 	assert.Nil(t, h.show(view{selected: "ns/tj-240"}).Selected)
 	assert.Equal(t, 249, h.show(view{}).All)
 
-	// One made out of order is shown in order; a list read again forgets what it does not hold.
+	// One made out of order is shown in order; a list read again forgets what it does not hold,
+	// even what a list that failed partway held.
 	h.changed(watch.Added, consoleTrainJob("a", ""))
-	assert.Equal(t, "ns/a", h.show(view{}).Items[0].Key)
+	h.changed(watch.Added, consoleTrainJob("tj-1000", ""))
+	assert.Equal(t, []string{"ns/a", "ns/tj-000"}, keys(h.show(view{}))[:2])
+	assert.Equal(t, []string{"ns/tj-099", "ns/tj-100", "ns/tj-1000", "ns/tj-101"}, keys(h.show(view{page: 1}))[:4])
+	h.listing()
+	h.page(all[100:104]) // and it fails
+	h.listing()
 	h.page(all[100:103])
 	h.listed()
 	assert.Equal(t, []string{"ns/tj-100", "ns/tj-101", "ns/tj-102"}, keys(h.show(view{})))
+	assert.Len(t, h.order, 3, "forgotten, but kept in order")
 }
 
 // TestTheHubWakesEachStreamOnce: however many changes come before a stream reads its page, it
@@ -224,12 +232,17 @@ func TestTheStreamSendsThePageAsItChanges(t *testing.T) {
 	s.hub.page([]trainer.TrainJob{*consoleTrainJob("a-1", ""), *consoleTrainJob("b-1", "")})
 	s.hub.listed()
 
-	bad, err := http.Get(srv.URL + "/s/tok/api/stream?page=-1")
+	bad, err := http.Get(srv.URL + "/s/tok/api/stream?page=two")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(bad.Body)
 	_ = bad.Body.Close()
 	assert.Equal(t, http.StatusBadRequest, bad.StatusCode)
-	assert.Contains(t, string(body), `page "-1": a page is a number from 0`)
+	assert.Contains(t, string(body), `page "two": a page is a number from 0`)
+	for page, want := range map[string]int{"-1": 0, "99999999999": maxPage} {
+		v, err := parseView(url.Values{"page": {page}})
+		require.NoError(t, err)
+		assert.Equal(t, want, v.page, "page %s", page)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -274,6 +287,7 @@ func TestTheStreamSendsThePageAsItChanges(t *testing.T) {
 
 	// A change the page does not show sends nothing; the next that it shows is sent.
 	s.hub.changed(watch.Modified, consoleTrainJob("a-1", ""))
+	time.Sleep(2 * pageInterval) // apart: not sent together
 	s.hub.changed(watch.Added, consoleTrainJob("a-2", trainer.TrainJobRunning))
 	p = page()
 	assert.Equal(t, []string{"ns/a-1", "ns/a-2"}, keys(p))

@@ -19,6 +19,8 @@ const listPage = 500
 // list as it is read (again after the watch fell too far behind to resume), changed each change
 // after.
 type trainJobWatcher struct {
+	// listing, if set, is told a list begins (again after one failed partway).
+	listing func()
 	// page is told each page of a list as it is read: a terminal or the console shows the first
 	// of 50,000 TrainJobs as soon as they come.
 	page func([]trainer.TrainJob)
@@ -42,6 +44,9 @@ func (w trainJobWatcher) run(ctx context.Context, c *clients, opts []client.List
 }
 
 func (w trainJobWatcher) list(ctx context.Context, c *clients, opts []client.ListOption) (string, error) {
+	if w.listing != nil {
+		w.listing()
+	}
 	for cont := ""; ; {
 		// A list of its own for each page: a reader may keep the items, which a decoder that
 		// reuses its target would overwrite with the next page's (controller-runtime's zeroes it

@@ -251,7 +251,7 @@ func TestTheConsoleListsAThousandTrainJobs(t *testing.T) {
 	poll(t, page, "the filter keeps one", `document.querySelectorAll('#list tbody tr').length === 1 && document.getElementById('page-info').textContent === '1–1 of 1'`)
 	assert.Equal(t, 1, read(t, page, "what the page holds", chromedp.Evaluate[int](`state.list.items.length`)),
 		"the page holds the rows it shows, not every TrainJob")
-	assert.Equal(t, "tj-0250", read(t, page, "the selected TrainJob", chromedp.Text(chromedp.ID("d-name"))), "the filter closed the selected TrainJob")
+	assert.Equal(t, "tj-0250", read(t, page, "the selected TrainJob", chromedp.Text(chromedp.ID("d-name"))), "the selected TrainJob was let go when the filter hid its row")
 	screenshot(t, page, "console-thousand.png")
 
 	// The selected TrainJob, filtered out of the list, is still followed: its deletion shows.

@@ -108,7 +108,13 @@ function connect() {
   const events = new EventSource('api/stream?' + params);
   state.stream = events;
   events.addEventListener('open', () => { $('connection').textContent = 'live'; $('connection').className = 'connection live'; });
-  events.addEventListener('error', () => { $('connection').textContent = 'reconnecting'; $('connection').className = 'connection'; });
+  events.addEventListener('error', () => {
+    $('connection').textContent = 'reconnecting';
+    $('connection').className = 'connection';
+    // The browser connects again by itself, unless the console's server answered with an error:
+    // then this page does, a little later.
+    if (events.readyState === EventSource.CLOSED) setTimeout(() => { if (state.stream === events) connect(); }, 5000);
+  });
   events.addEventListener('scope', (e) => { $('scope').textContent = JSON.parse(e.data); });
   events.addEventListener('page', (e) => {
     const list = JSON.parse(e.data);
@@ -124,7 +130,11 @@ function connect() {
 // details again; its absence, once the list is read whole, is its deletion.
 function selectedIs(s, listing) {
   if (!s) {
-    if (state.summary && !listing) { $('d-state').textContent = 'Deleted'; $('d-state').className = 'state state-deleted'; }
+    if (state.summary && !listing) {
+      $('d-state').textContent = 'Deleted';
+      $('d-state').className = 'state state-deleted';
+      for (const id of ['action-suspend', 'action-resume', 'action-delete']) $(id).disabled = true;
+    }
     state.summary = null;
     return;
   }
@@ -184,6 +194,7 @@ function renderSummary(s) {
   p.querySelector('.eta').textContent = left == null ? '' : 'ETA ' + human(left);
   $('action-suspend').disabled = s.finished || (s.suspended && !s.queue);
   $('action-resume').disabled = s.finished || (!s.suspended && !s.queue);
+  $('action-delete').disabled = false;
 }
 
 function refreshDetailSoon() {
@@ -380,7 +391,7 @@ document.addEventListener('DOMContentLoaded', () => {
   const again = () => { state.page = 0; connect(); };
   $('filter').addEventListener('input', again);
   $('state-filter').addEventListener('change', again);
-  $('prev').addEventListener('click', () => { state.page--; connect(); });
+  $('prev').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); connect(); });
   $('next').addEventListener('click', () => { state.page++; connect(); });
   $('close').addEventListener('click', closeDetail);
   $('action-suspend').addEventListener('click', () => act('suspend'));
