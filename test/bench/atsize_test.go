@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -28,6 +27,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/cli"
+	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
 
@@ -404,7 +404,7 @@ func openConsole(cluster *testenv.Cluster, n int) (consoled, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &utiltesting.SyncBuffer{}, &utiltesting.SyncBuffer{}
 	start := time.Now()
 	exited := make(chan int, 1)
 	go func() {
@@ -498,24 +498,6 @@ func readPages(ctx context.Context, url string, more func(p consolePage, size in
 			page = false
 		}
 	}
-}
-
-// syncBuffer is a buffer that one goroutine writes and another reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // rowClock counts the lines written to it, and when the second (the first row) was.

@@ -572,23 +572,8 @@ func failover(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m
 	}
 	start := time.Now()
 	leader.program.Stop()
-	if err := standby.waitForWorkers(); err != nil {
-		return nil, nil, err
-	}
-	r := &restarted{ready: time.Since(start)}
-	if err := standby.settle(want); err != nil {
-		return nil, nil, err
-	}
-	r.steady = time.Since(start) - settleQuiet
-	after, err := cp.sample(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	r.apiCPU = after.apiCPU - before.apiCPU
-	r.writes = after.requestsSince(before).where(func(k requestKey) bool {
-		return k.verb != "GET" && k.verb != "LIST" && k.verb != "WATCH" && k.resource != "leases"
-	})
-	return standby, r, nil
+	r, err := untilSteady(ctx, cp, standby, before, start, want)
+	return standby, r, err
 }
 
 // idle waits, five minutes at most, until the manager uses under a twentieth of a core over two
@@ -633,28 +618,39 @@ func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlP
 	} else {
 		profiled <- nil
 	}
-	if err := m.waitForWorkers(); err != nil {
-		return nil, nil, err
-	}
-	r := &restarted{ready: time.Since(start)}
-	if err := m.settle(want); err != nil {
-		return nil, nil, err
-	}
-	r.steady = time.Since(start) - settleQuiet
-	after, err := cp.sample(ctx)
+	r, err := untilSteady(ctx, cp, m, before, start, want)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.apiCPU = after.apiCPU - before.apiCPU
 	if r.managerCPU, err = m.cpuTime(); err != nil {
 		return nil, nil, err
 	}
 	if err := <-profiled; err != nil {
 		return nil, nil, err
 	}
-	// Leases are the API server's own (the manager runs without leader election).
+	return m, r, nil
+}
+
+// untilSteady times a manager from start to its workers started (ready) and to steady: it has
+// reconciled at least want times and its queues stayed empty. It counts the API server's CPU and
+// the writes since before.
+func untilSteady(ctx context.Context, cp *controlPlane, m *manager, before *sample, start time.Time, want float64) (*restarted, error) {
+	if err := m.waitForWorkers(); err != nil {
+		return nil, err
+	}
+	r := &restarted{ready: time.Since(start)}
+	if err := m.settle(want); err != nil {
+		return nil, err
+	}
+	r.steady = time.Since(start) - settleQuiet
+	after, err := cp.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.apiCPU = after.apiCPU - before.apiCPU
+	// Leases are the API server's own, and the leader election's.
 	r.writes = after.requestsSince(before).where(func(k requestKey) bool {
 		return k.verb != "GET" && k.verb != "LIST" && k.verb != "WATCH" && k.resource != "leases"
 	})
-	return m, r, nil
+	return r, nil
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -74,7 +73,7 @@ func adminKubeconfig(t *testing.T) string {
 // background runs `kubectl trainjob` until the test ends, and returns what it printed so far.
 func background(t *testing.T, kubeconfig, ns string, args ...string) func() string {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &utiltesting.SyncBuffer{}
 	cmd := exec.Command(plugin(t), append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
@@ -83,23 +82,6 @@ func background(t *testing.T, kubeconfig, ns string, args ...string) func() stri
 		_ = cmd.Wait()
 	})
 	return out.String
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // why is the cause `kubectl trainjob describe` gives: its line, and the message lines under it.
