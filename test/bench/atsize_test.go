@@ -153,7 +153,7 @@ func measureAtSize(b *testing.B, w workload) {
 	if m, figures.probed, figures.probe, err = restartWithProbe(ctx, bd, m); err != nil {
 		bd.fail(err)
 	}
-	if m, figures.failedOver, err = failover(ctx, bd.cluster, bd.cp, m, want()); err != nil {
+	if m, figures.failedOver, err = failover(ctx, b, bd.cluster, bd.cp, m, want()); err != nil {
 		bd.fail(err)
 	}
 	if figures.list, err = listAll(bd.cluster); err != nil {
@@ -533,10 +533,11 @@ func printSizes(out io.Writer) {
 	_ = w.Flush()
 	fmt.Fprintln(out)
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workload\tfailover, from the leader's stop: new leader's workers s\tsteady s\tAPI CPU s\twrites\t")
+	fmt.Fprintln(w, "workload\tfailover, from the leader's stop: new leader's workers s\tsteady s\tAPI CPU s\twrites\tlists and watches\t")
 	for _, s := range sizes {
 		f := s.failedOver
-		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", s.workload, f.ready.Seconds(), f.steady.Seconds(), f.apiCPU.Seconds(), f.writes.total())
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t\n", s.workload, f.ready.Seconds(), f.steady.Seconds(), f.apiCPU.Seconds(),
+			f.writes.total(), f.reads.total())
 	}
 	_ = w.Flush()
 	fmt.Fprintln(out)
@@ -559,8 +560,10 @@ func printSizes(out io.Writer) {
 		for _, k := range s.quiet.writes.kinds() {
 			fmt.Fprintf(out, "  %s: %s\t%.0f\n", s.workload, k, s.quiet.writes[k])
 		}
-		for _, k := range s.failedOver.writes.kinds() {
-			fmt.Fprintf(out, "  %s, failover: %s\t%.0f\n", s.workload, k, s.failedOver.writes[k])
+		for _, rs := range []requests{s.failedOver.writes, s.failedOver.reads} {
+			for _, k := range rs.kinds() {
+				fmt.Fprintf(out, "  %s, failover: %s\t%.0f\n", s.workload, k, rs[k])
+			}
 		}
 	}
 }

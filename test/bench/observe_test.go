@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -538,15 +539,17 @@ type restarted struct {
 	ready, steady time.Duration
 	// apiCPU and managerCPU are the API server's and the manager's CPU time until steady.
 	apiCPU, managerCPU time.Duration
-	// writes are the restarted manager's writes until steady, by verb, resource and code.
-	writes requests
+	// writes are the restarted manager's writes until steady, by verb, resource and code; reads
+	// the lists and watches meanwhile. Both are the API server's, of every client.
+	writes, reads requests
 }
 
 // failover measures a hand-over at size as an install of two replicas makes it in a rollout: a
-// leader and a standby, both electing, the standby's caches synced (it is idle); the leader
-// stopped (SIGTERM: it releases the lease); the standby's time from the stop's start to its
-// workers started and to steady, with its writes. It returns the new leader.
-func failover(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m *manager, want float64) (*manager, *restarted, error) {
+// leader and a standby, both electing, the standby's caches synced (it asks for the lease) and the
+// API server calm; the leader stopped (SIGTERM: it releases the lease); the standby's time from the
+// stop's start to its workers started and to steady, with the writes and the lists and watches
+// meanwhile (a warm standby needs none). It returns the new leader.
+func failover(ctx context.Context, b *testing.B, cluster *testenv.Cluster, cp *controlPlane, m *manager, want float64) (*manager, *restarted, error) {
 	m.program.Stop()
 	elect := []string{"--leader-elect", "--leader-elect-namespace=" + testenv.OperatorNamespace}
 	leader, err := launchManager(cluster, elect...)
@@ -563,9 +566,10 @@ func failover(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := standby.idle(); err != nil {
+	if err := standby.standingBy(); err != nil {
 		return nil, nil, err
 	}
+	cp.calm(b)
 	before, err := cp.sample(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -576,26 +580,21 @@ func failover(ctx context.Context, cluster *testenv.Cluster, cp *controlPlane, m
 	return standby, r, err
 }
 
-// idle waits, five minutes at most, until the manager uses under a twentieth of a core over two
-// seconds: a standby has then synced its caches.
-func (m *manager) idle() error {
+// standingBy waits, five minutes at most, until the manager asks for the lease: controller-runtime
+// starts its leader election once its caches have synced.
+func (m *manager) standingBy() error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		before, err := m.cpuTime()
-		if err != nil {
+		if err := m.program.Exited(); err != nil {
 			return err
 		}
-		time.Sleep(2 * time.Second)
-		after, err := m.cpuTime()
-		if err != nil {
-			return err
-		}
-		if after-before < 100*time.Millisecond {
+		if data, err := os.ReadFile(m.program.Log()); err == nil && strings.Contains(string(data), "Attempting to acquire leader lease") {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the standby was still busy after 5 minutes; see %s", m.program.Log())
+			return fmt.Errorf("the standby did not ask for the lease within 5 minutes; see %s", m.program.Log())
 		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -648,9 +647,11 @@ func untilSteady(ctx context.Context, cp *controlPlane, m *manager, before *samp
 		return nil, err
 	}
 	r.apiCPU = after.apiCPU - before.apiCPU
+	requested := after.requestsSince(before)
 	// Leases are the API server's own, and the leader election's.
-	r.writes = after.requestsSince(before).where(func(k requestKey) bool {
+	r.writes = requested.where(func(k requestKey) bool {
 		return k.verb != "GET" && k.verb != "LIST" && k.verb != "WATCH" && k.resource != "leases"
 	})
+	r.reads = requested.where(func(k requestKey) bool { return k.verb == "LIST" || k.verb == "WATCH" })
 	return r, nil
 }

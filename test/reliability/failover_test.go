@@ -108,17 +108,22 @@ func TestOnlyTheLeaderWritesAndAStandbyTakesOver(t *testing.T) {
 	if leadsFrom.IsZero() {
 		leadsFrom = time.Now() // It never led: every write it made was one too many.
 	}
-	var writesA, early, listed []string
+	var writesA, early, warmed, listed []string
 	for _, e := range events {
 		at := e.RequestReceivedTimestamp.Time
 		what := e.Verb + " " + resourceOf(e)
 		switch {
 		case !isWrite(e):
-			// Its caches were the leader's while it stood by: it took the lead without a list
-			// (client-go lists by a watch that sends the objects first), which at size takes
-			// as long as a restart.
-			if e.User.Username == b.user && !at.Before(leadsFrom) &&
-				(e.Verb == "list" || e.Verb == "watch" && strings.Contains(e.RequestURI, "sendInitialEvents=true")) {
+			// Its caches were the leader's while it stood by: it took the lead without listing
+			// what its caches hold (every kind, in every namespace; client-go lists by a watch
+			// that sends the objects first), which at size takes as long as a restart.
+			if e.User.Username != b.user || e.ObjectRef == nil || e.ObjectRef.Namespace != "" ||
+				(e.Verb != "list" && !(e.Verb == "watch" && strings.Contains(e.RequestURI, "sendInitialEvents=true"))) {
+				break
+			}
+			if at.Before(leadsFrom) {
+				warmed = append(warmed, what)
+			} else {
 				listed = append(listed, what)
 			}
 		case e.User.Username == a.user:
@@ -131,6 +136,7 @@ func TestOnlyTheLeaderWritesAndAStandbyTakesOver(t *testing.T) {
 	}
 	assert.NotEmpty(t, writesA, "the leader wrote nothing")
 	assert.Empty(t, early, "the replica that did not lead wrote")
+	assert.Contains(t, warmed, "watch jobsets", "the audit log shows no list of the standby's: nothing to tell a cold takeover by")
 	assert.Empty(t, listed, "the new leader listed, after it took the lead")
 	resumed := firstWrite(events, b.user, "jobsets")
 	require.False(t, resumed.IsZero(), "the new leader made no JobSet")
