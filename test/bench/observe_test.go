@@ -337,7 +337,13 @@ func launchManager(cluster *testenv.Cluster, args ...string) (*manager, error) {
 // waitForWorkers waits until every controller of the manager has its cache and started its
 // workers, as its log says.
 func (m *manager) waitForWorkers() error {
-	want := len(controller.Frameworks("")) + 1 // And the gang controller.
+	return m.waitForLog("Starting workers", len(controller.Frameworks(""))+1, // And the gang controller.
+		"the manager did not start its controllers")
+}
+
+// waitForLog waits, five minutes at most, until the manager's log holds line at least n times;
+// failing, it says what did not happen.
+func (m *manager) waitForLog(line string, n int, what string) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if err := m.program.Exited(); err != nil {
@@ -347,11 +353,11 @@ func (m *manager) waitForWorkers() error {
 		if err != nil {
 			return err
 		}
-		if bytes.Count(data, []byte("Starting workers")) >= want {
+		if bytes.Count(data, []byte(line)) >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager did not start its controllers within 5 minutes; see %s", m.program.Log())
+			return fmt.Errorf("%s within 5 minutes; see %s", what, m.program.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -580,22 +586,10 @@ func failover(ctx context.Context, b *testing.B, cluster *testenv.Cluster, cp *c
 	return standby, r, err
 }
 
-// standingBy waits, five minutes at most, until the manager asks for the lease: controller-runtime
-// starts its leader election once its caches have synced.
+// standingBy waits until the manager asks for the lease: controller-runtime starts its leader
+// election once its caches have synced.
 func (m *manager) standingBy() error {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		if err := m.program.Exited(); err != nil {
-			return err
-		}
-		if data, err := os.ReadFile(m.program.Log()); err == nil && strings.Contains(string(data), "Attempting to acquire leader lease") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the standby did not ask for the lease within 5 minutes; see %s", m.program.Log())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return m.waitForLog("Attempting to acquire leader lease", 1, "the standby did not ask for the lease")
 }
 
 // restartAndCount stops the manager, starts it again, and waits until it has reconciled at least
