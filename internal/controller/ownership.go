@@ -24,7 +24,7 @@ import (
 // another UID), or a dying one, is left alone, and the TrainJob waits and says so: the garbage
 // collector deletes a leftover once its old owner is gone, and the TrainJob then makes its own.
 // A leftover is never taken over: the garbage collector may be deleting it at that moment, and
-// its content (MPI's keys, a CA) was written by someone the operator cannot vouch for.
+// its content (MPI's keys, Flux's certificate) was written by someone the operator cannot vouch for.
 //
 // The operator may not read Secrets, so a child that exists is proven its own by the write
 // itself: a JSON patch whose test operations the API server checks against the object, and

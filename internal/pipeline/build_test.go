@@ -15,6 +15,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/framework/plain"
+	"github.com/trainjob/operator/internal/progress"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/trainingruntime"
 	"github.com/trainjob/operator/internal/upsert"
@@ -546,7 +547,16 @@ func TestJobSet(t *testing.T) {
 				o.Spec.Labels = map[string]string{trainer.TrainJobNameLabel: "another"}
 				return o
 			}(),
-			wantErr: "spec.labels[trainer.kubeflow.org/trainjob-name]: Forbidden: is set by the operator, from the runtime's policies and the TrainJob's name, and may not be set by hand",
+			wantErr: "spec.labels[trainer.kubeflow.org/trainjob-name]: Forbidden: is set by the operator on what it builds, and may not be set by hand",
+		},
+		"a TrainJob may not give its trainer the progress endpoint's CA": {
+			runtime: utiltesting.MakeRuntimeSpec().Obj(),
+			trainJob: func() *trainer.TrainJob {
+				o := tj().Obj()
+				o.Spec.Annotations = map[string]string{progress.CAAnnotation: "-----BEGIN CERTIFICATE-----"}
+				return o
+			}(),
+			wantErr: "spec.annotations[trainer.kubeflow.org/progress-ca]: Forbidden: is set by the operator on what it builds, and may not be set by hand",
 		},
 		"the runtime's JobSet labels and annotations are kept": {
 			runtime: func() trainer.TrainingRuntimeSpec {

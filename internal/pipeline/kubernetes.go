@@ -10,6 +10,7 @@ import (
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/gang"
+	"github.com/trainjob/operator/internal/progress"
 )
 
 // checkKubernetesRules refuses, at the TrainJob's own field, what Kubernetes would refuse once it
@@ -57,8 +58,10 @@ func checkKubernetesRules(b *framework.Draft, patches []podPatch) field.ErrorLis
 
 // operatorKeys are the labels and annotations the operator sets on what it builds, and a
 // TrainJob may not: they place pods in a gang or a KAI queue (another TrainJob's, another team's),
-// or tell the operator's watches which TrainJob a Job is of.
-var operatorKeys = []string{gang.CoschedulingLabel, gang.VolcanoAnnotation, gang.KAIQueueLabel, trainer.TrainJobNameLabel, framework.NodeJobsAnnotation}
+// tell the operator's watches which TrainJob a Job is of, or give the trainer the CA it trusts.
+var operatorKeys = []string{
+	gang.CoschedulingLabel, gang.VolcanoAnnotation, gang.KAIQueueLabel, trainer.TrainJobNameLabel, framework.NodeJobsAnnotation, progress.CAAnnotation,
+}
 
 // metadataErrors checks labels and annotations as the API server checks an object's, at
 // path's labels and annotations, and refuses the operator's own keys.
@@ -74,7 +77,7 @@ func metadataErrors(meta *trainer.MetadataPatch, path *field.Path) field.ErrorLi
 	}{{"labels", meta.Labels}, {"annotations", meta.Annotations}} {
 		for _, key := range operatorKeys {
 			if _, ok := kind.entries[key]; ok {
-				errs = append(errs, field.Forbidden(path.Child(kind.name).Key(key), "is set by the operator, from the runtime's policies and the TrainJob's name, and may not be set by hand"))
+				errs = append(errs, field.Forbidden(path.Child(kind.name).Key(key), "is set by the operator on what it builds, and may not be set by hand"))
 			}
 		}
 	}

@@ -4,8 +4,9 @@
 //
 //   - the build gives the trainer container the endpoint's URL, the path of the CA that signs
 //     the endpoint's certificate, and the path of a service account token whose audience is this
-//     TrainJob's alone (KUBEFLOW_TRAINER_SERVER_URL, _CA_CERT, _TOKEN); the CA comes from a
-//     ConfigMap <tj>-tls-config created once with the JobSet, the token from the kubelet;
+//     TrainJob's alone (KUBEFLOW_TRAINER_SERVER_URL, _CA_CERT, _TOKEN); the CA comes from an
+//     annotation of the trainer job's pods (CAAnnotation, by the downward API), the token from
+//     the kubelet;
 //   - the endpoint, served by the webhook server, accepts a POST of an UpdateTrainJobStatusRequest
 //     only with a token the API server says is a service account's of the TrainJob's namespace,
 //     issued for the TrainJob's audience, and writes the latest report of each TrainJob at most
@@ -65,8 +66,11 @@ func Audience(namespace, name string) string {
 	return "trainer.kubeflow.org/v1alpha1/namespaces/" + namespace + "/trainjobs/" + name + "/status"
 }
 
-// ConfigMapName is the name of the TrainJob's ConfigMap holding the endpoint's CA.
-func ConfigMapName(tj string) string { return tj + "-tls-config" }
+// CAAnnotation is the annotation of the trainer job's pods that holds the endpoint's CA, which the
+// progress volume projects into ca.crt. Upstream Trainer copies the CA into a ConfigMap of each
+// TrainJob (<name>-tls-config) and projects that: one more object, and one more write, for each
+// TrainJob. In the JobSet itself, wiring a TrainJob costs neither.
+const CAAnnotation = "trainer.kubeflow.org/progress-ca"
 
 // Endpoint is where the trainers report: the URL of the webhook server, and the file of the CA
 // that signs its certificate. The CA is read when a TrainJob is built, and read again whenever
@@ -118,16 +122,16 @@ func (e *Endpoint) caPEM() ([]byte, error) {
 	return data, nil
 }
 
-// inject gives the trainer container the endpoint's env vars and mounts its token and the CA,
-// and adds the CA's ConfigMap to the children created with the JobSet.
+// inject gives the trainer container the endpoint's env vars and mounts its token and the CA, which
+// the trainer job's pods hold in their CAAnnotation.
 func (e *Endpoint) inject(b *framework.Draft, ca []byte) {
 	tj := b.TrainJob
-	b.Create = append(b.Create, &corev1.ConfigMap{
-		ObjectMeta: b.ChildMeta(ConfigMapName(tj.Name)),
-		Data:       map[string]string{caFile: string(ca)},
-	})
-
-	pod := &b.TrainerJob().Template.Spec.Template.Spec
+	template := &b.TrainerJob().Template.Spec.Template
+	if template.Annotations == nil {
+		template.Annotations = map[string]string{}
+	}
+	template.Annotations[CAAnnotation] = string(ca)
+	pod := &template.Spec
 	pod.Volumes = upsert.ByKey(pod.Volumes, upsert.VolumeName, volume(tj))
 	if pod.ServiceAccountName == "" {
 		// A token is projected only for a named service account. The API server's ServiceAccount
@@ -150,10 +154,9 @@ func volume(tj *trainer.TrainJob) corev1.Volume {
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 				Audience: Audience(tj.Namespace, tj.Name), ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: tokenFile,
 			}},
-			{ConfigMap: &corev1.ConfigMapProjection{
-				LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(tj.Name)},
-				Items:                []corev1.KeyToPath{{Key: caFile, Path: caFile}},
-			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+				Path: caFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + CAAnnotation + "']"},
+			}}}},
 		},
 	}}}
 }

@@ -22,6 +22,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/progress"
+	"github.com/trainjob/operator/internal/trainingruntime"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -42,7 +43,7 @@ func token(t *testing.T, ns, audience string) string {
 	return tr.Status.Token
 }
 
-// reporter posts reports as a trainer would, trusting the CA its TrainJob's ConfigMap holds.
+// reporter posts reports as a trainer would, trusting the CA its pods are given.
 type reporter struct {
 	client *http.Client
 	url    string
@@ -62,13 +63,15 @@ func (r reporter) post(t *testing.T, token, body string) int {
 }
 
 // trainerOf is what the TrainJob's trainer reports with: a reporter to the endpoint that trusts
-// the CA the TrainJob's ConfigMap holds, and a token of the TrainJob's audience.
+// the CA its pods are given (their annotation, projected into ca.crt), and a token of the
+// TrainJob's audience.
 func trainerOf(t *testing.T, tj *trainer.TrainJob) (reporter, string) {
 	t.Helper()
-	cm := &corev1.ConfigMap{}
-	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKey{Namespace: tj.Namespace, Name: progress.ConfigMapName(tj.Name)}, cm))
+	js := &jobsetv1alpha2.JobSet{}
+	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), js))
 	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM([]byte(cm.Data["ca.crt"])), "the ConfigMap holds no CA")
+	ca := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Annotations[progress.CAAnnotation]
+	require.True(t, roots.AppendCertsFromPEM([]byte(ca)), "the trainer's pods hold no CA")
 	return reporter{
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}},
 		url:    cluster.WebhookURL() + progress.Path(tj.Namespace, tj.Name),
@@ -110,9 +113,18 @@ func TestProgressReports(t *testing.T) {
 	}
 	require.NotNil(t, projected, "no %s volume in %v", progress.Volume, pod.Volumes)
 	assert.Equal(t, progress.Audience(ns, tj.Name), projected.Sources[0].ServiceAccountToken.Audience)
-	cm := &corev1.ConfigMap{}
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: progress.ConfigMapName(tj.Name)}, cm))
-	assert.True(t, metav1.IsControlledBy(cm, tj), "the CA's ConfigMap is not the TrainJob's")
+	assert.Contains(t, projected.Sources, corev1.VolumeProjection{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+		Path: "ca.crt", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + progress.CAAnnotation + "']"},
+	}}}})
+	// The CA costs no object of the TrainJob's own: its children are the JobSet and the runtime
+	// snapshot.
+	cms := &corev1.ConfigMapList{}
+	require.NoError(t, k8sClient.List(ctx, cms, client.InNamespace(ns), client.MatchingLabels{trainer.TrainJobNameLabel: tj.Name}))
+	var names []string
+	for _, cm := range cms.Items {
+		names = append(names, cm.Name)
+	}
+	assert.Equal(t, []string{trainingruntime.SnapshotName(tj.Name)}, names)
 	trainerSide, good := trainerOf(t, tj)
 	require.Equal(t, url, trainerSide.url)
 

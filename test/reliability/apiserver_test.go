@@ -82,5 +82,5 @@ func TestTheManagerRidesOutAnAPIServerRestart(t *testing.T) {
 	converged(t, ns, jobs)
 	stopCompleting()
 	require.NoError(t, m.Exited(), "the manager")
-	seen.check(t, ns, jobs, false)
+	seen.check(t, ns, jobs)
 }

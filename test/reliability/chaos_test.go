@@ -65,7 +65,7 @@ func TestCrashAnywhereLosesAndDuplicatesNothing(t *testing.T) {
 	converged(t, ns, jobs)
 	stopCompleting()
 	require.NoError(t, last.Exited(), "the last manager")
-	seen.check(t, ns, jobs, false)
+	seen.check(t, ns, jobs)
 	for _, m := range append(managers, last) {
 		assert.Empty(t, errorLines(t, m), "errors in %s", m.Log())
 	}

@@ -24,7 +24,6 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework/mpi"
-	"github.com/trainjob/operator/internal/progress"
 	"github.com/trainjob/operator/internal/trainingruntime"
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -138,9 +137,8 @@ func secretData(secret *corev1.Secret) string {
 }
 
 // check compares what the watches saw, and what is there now, with what each TrainJob must have:
-// its JobSet and runtime snapshot, its framework's and gang's children, and with progress, the
-// ConfigMap of the progress endpoint's CA as well.
-func (s *children) check(t *testing.T, ns string, jobs []submitted, withProgress bool) {
+// its JobSet and runtime snapshot, and its framework's and gang's children.
+func (s *children) check(t *testing.T, ns string, jobs []submitted) {
 	t.Helper()
 	ctx := context.Background()
 	// want holds the TrainJob of each child, by kind and name.
@@ -154,9 +152,6 @@ func (s *children) check(t *testing.T, ns string, jobs []submitted, withProgress
 		}
 		if kinds[j.kind].gang {
 			want["PodGroup"][j.name] = j.name
-		}
-		if withProgress {
-			want["ConfigMap"][progress.ConfigMapName(j.name)] = j.name
 		}
 	}
 	// The watches may lag what is there, most after an API server restart, when an informer of a

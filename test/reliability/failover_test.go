@@ -99,7 +99,7 @@ func TestOnlyTheLeaderWritesAndAStandbyTakesOver(t *testing.T) {
 	t.Logf("killed the leader with %d of %d JobSets made", seen.count("JobSet"), len(jobs))
 	require.NoError(t, <-submittedAll)
 	converged(t, ns, jobs)
-	seen.check(t, ns, jobs, true)
+	seen.check(t, ns, jobs)
 
 	// The audit log: who wrote when.
 	events, err := cluster.AuditLog()

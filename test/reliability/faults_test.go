@@ -170,7 +170,7 @@ func TestThrottledAndFailingCallsAreRetriedWithBackoff(t *testing.T) {
 	converged(t, ns, jobs)
 	stopCompleting()
 	require.NoError(t, m.Exited(), "the manager")
-	seen.check(t, ns, jobs, false)
+	seen.check(t, ns, jobs)
 
 	requests, faults := api.counts()
 	perTrainJob := float64(requests) / float64(len(jobs))

@@ -322,10 +322,21 @@ func TestProgressWiringFollowsTheCAFile(t *testing.T) {
 		require.NoError(t, k8sClient.Create(ctx, tj))
 		return waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
 	}
-	caOf := func(name string) string {
-		cm := &corev1.ConfigMap{}
-		require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: progress.ConfigMapName(name)}, cm))
-		return cm.Data["ca.crt"]
+	// The CA is an annotation of the trainer's pods, which the progress volume projects into
+	// ca.crt: no object of its own.
+	caOf := func(js *jobsetv1alpha2.JobSet) string {
+		template := js.Spec.ReplicatedJobs[0].Template.Spec.Template
+		var projected *corev1.ProjectedVolumeSource
+		for _, v := range template.Spec.Volumes {
+			if v.Name == progress.Volume {
+				projected = v.Projected
+			}
+		}
+		require.NotNil(t, projected, "no %s volume", progress.Volume)
+		assert.Contains(t, projected.Sources, corev1.VolumeProjection{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+			Path: "ca.crt", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + progress.CAAnnotation + "']"},
+		}}}})
+		return template.Annotations[progress.CAAnnotation]
 	}
 
 	js := build("no-ca")
@@ -338,12 +349,14 @@ func TestProgressWiringFollowsTheCAFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\nfirst\n-----END CERTIFICATE-----\n"), 0o644))
 	js = build("first-ca")
 	assert.Equal(t, "https://progress.example"+progress.Path(ns, "first-ca"), envOf(container(t, js, "node", "node"))[progress.URLEnv])
-	assert.Contains(t, caOf("first-ca"), "first")
+	assert.Contains(t, caOf(js), "first")
 
 	// cert-manager and cert-controller renew a CA by writing the file anew.
 	require.NoError(t, os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\nrenewed\n-----END CERTIFICATE-----\n"), 0o644))
-	build("renewed-ca")
-	assert.Contains(t, caOf("renewed-ca"), "renewed")
+	assert.Contains(t, caOf(build("renewed-ca")), "renewed")
+	// A TrainJob keeps the CA it was built with.
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(js), js))
+	assert.Contains(t, caOf(js), "first")
 }
 
 // TestTorchEnvInjection: the containers a runtime names in mlPolicy.torch.envInjection, in the
