@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -61,6 +63,17 @@ type atSize struct {
 	// list is `kubectl trainjob list -A` at size, console its console.
 	list    listed
 	console consoled
+	// admitted is an operator run with the operator's webhooks in each create's path.
+	admitted *admitted
+}
+
+// admitted is an operator run at size with the operator's webhooks called for each TrainJob's
+// create, as an install has them: the run, with how long the API server's calls of the webhooks
+// took (run.webhooks, each call's round trip), and how long the webhook server took to answer
+// them (server, its handling: controller_runtime_webhook_latency_seconds).
+type admitted struct {
+	run    *result
+	server histogram
 }
 
 // consoled is what `kubectl trainjob console -A` took, as its page reads it: to its first rows,
@@ -163,6 +176,10 @@ func measureAtSize(b *testing.B, w workload) {
 		bd.fail(err)
 	}
 	managed++
+	if m, figures.admitted, err = admit(ctx, b, bd, m, w, want()); err != nil {
+		bd.fail(err)
+	}
+	managed += *count
 	sizes = append(sizes, figures)
 
 	for i := range *repeat {
@@ -172,11 +189,22 @@ func measureAtSize(b *testing.B, w workload) {
 		}
 		m.program.Stop()
 		bd.cp.calm(b)
+		// The floor's TrainJobs are MultiKueue's: the operator leaves them alone once it runs again.
+		multiKueue := loadOptions{shape: func(_ int, tj *trainer.TrainJob) { tj.Spec.ManagedBy = ptr.To(trainer.MultiKueueControllerName) }}
 		b.Run(c.workload+"/floor", func(b *testing.B) {
-			c.floor = bd.run(b, w, floorWriter, fmt.Sprintf("floor%d-", i+1), nil, loadOptions{shape: func(_ int, tj *trainer.TrainJob) {
-				tj.Spec.ManagedBy = ptr.To(trainer.MultiKueueControllerName)
-			}})
+			c.floor = bd.run(b, w, floorWriter, fmt.Sprintf("floor%d-", i+1), nil, multiKueue)
 		})
+		if *watchedFloor {
+			stop, err := watchAsAnOperator(ctx, bd.cluster.Env.Config, w)
+			if err != nil {
+				bd.fail(err)
+			}
+			bd.cp.calm(b)
+			b.Run(c.workload+"/watched-floor", func(b *testing.B) {
+				c.watched = bd.run(b, w, floorWriter, fmt.Sprintf("watched%d-", i+1), nil, multiKueue)
+			})
+			stop()
+		}
 		if m, err = startManager(bd.cluster); err != nil {
 			bd.fail(err)
 		}
@@ -325,6 +353,64 @@ EOM
 printf "%s" "$SCRIPT" > "$PWD/train_fn.py"
 torchrun "$PWD/train_fn.py"`
 
+// admit measures an operator run (-trainjobs, at -rate) with the operator's webhooks in the path
+// of each create, as config/webhook ships them (failurePolicy Fail): it starts the manager again
+// serving them, installs their configurations, settles (the manager having reconciled want
+// times), makes the run, and removes the configurations again, so that the floor's runs, made
+// with the manager stopped, are not refused. It returns the manager it started, still running.
+func admit(ctx context.Context, b *testing.B, bd *bed, m *manager, w workload, want float64) (_ *manager, _ *admitted, err error) {
+	m.program.Stop()
+	hooks, err := testenv.OperatorWebhooks()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := hooks.PrepWithoutInstalling(); err != nil {
+		return nil, nil, err
+	}
+	b.Cleanup(func() { _ = hooks.Cleanup() })
+	if m, err = launchManager(bd.cluster, &hooks); err != nil {
+		return nil, nil, err
+	}
+	if err := hooks.Install(bd.cluster.Env.Config); err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		for _, c := range hooks.MutatingWebhooks {
+			err = errors.Join(err, client.IgnoreNotFound(bd.cluster.Client.Delete(ctx, c)))
+		}
+		for _, c := range hooks.ValidatingWebhooks {
+			err = errors.Join(err, client.IgnoreNotFound(bd.cluster.Client.Delete(ctx, c)))
+		}
+	}()
+	if err := m.waitForWorkers(); err != nil {
+		return nil, nil, err
+	}
+	if err := m.settle(want); err != nil {
+		return nil, nil, err
+	}
+	addr := net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))
+	for !testenv.ServesTLS(addr) {
+		if err := m.program.Exited(); err != nil {
+			return nil, nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	bd.cp.calm(b)
+	a := &admitted{}
+	b.Run(fmt.Sprintf("%s@%d/admission", w.name, *existing), func(b *testing.B) {
+		a.run = bd.run(b, w, operatorWriter, "adm-", m, loadOptions{})
+	})
+	families, err := m.metrics()
+	if err != nil {
+		return nil, nil, err
+	}
+	a.server = histogramOf(families, "controller_runtime_webhook_latency_seconds", func(map[string]string) bool { return true })
+	if calls := a.run.webhooks.count(); calls < float64(a.run.n) {
+		return nil, nil, fmt.Errorf("the API server called the operator's webhooks %.0f times for %d TrainJobs", calls, a.run.n)
+	}
+	return m, a, nil
+}
+
 // restartWithProbe stops the manager, creates a TrainJob, starts the manager again, and measures
 // from its workers' start (its caches synced) to that TrainJob's JobSet.
 func restartWithProbe(ctx context.Context, bd *bed, m *manager) (*manager, *restarted, time.Duration, error) {
@@ -353,12 +439,28 @@ func restartWithProbe(ctx context.Context, bd *bed, m *manager) (*manager, *rest
 // PodGroups take to sync, with client-go's own decoding, no transform and no controller: what
 // any operator of TrainJobs must read at its start.
 func syncFloor(ctx context.Context, cfg *rest.Config, w workload) (time.Duration, error) {
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	start := time.Now()
-	c, err := cache.New(cfg, cache.Options{Scheme: testenv.Scheme})
+	stop, err := watchAsAnOperator(ctx, cfg, w)
 	if err != nil {
 		return 0, err
+	}
+	stop()
+	return time.Since(start), nil
+}
+
+// watchAsAnOperator starts plain caches of the kinds every operator of the workload's TrainJobs
+// must watch (TrainJobs, JobSets and, for a gang, PodGroups), with client-go's own decoding, no
+// transform and no controller, and waits until they have synced; stop stops them.
+func watchAsAnOperator(ctx context.Context, cfg *rest.Config, w workload) (stop func(), err error) {
+	ctx, stop = context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	c, err := cache.New(cfg, cache.Options{Scheme: testenv.Scheme})
+	if err != nil {
+		return nil, err
 	}
 	kinds := []client.Object{&trainer.TrainJob{}, &jobsetv1alpha2.JobSet{}}
 	if w.coscheduling {
@@ -366,14 +468,14 @@ func syncFloor(ctx context.Context, cfg *rest.Config, w workload) (time.Duration
 	}
 	for _, kind := range kinds {
 		if _, err := c.GetInformer(ctx, kind); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	go func() { _ = c.Start(ctx) }()
 	if !c.WaitForCacheSync(ctx) {
-		return 0, errors.New("the floor's caches did not sync")
+		return nil, errors.New("the floor's caches did not sync")
 	}
-	return time.Since(start), nil
+	return stop, nil
 }
 
 // listAll runs `kubectl trainjob list -A` as a user would, in this process, and times its first row
@@ -554,6 +656,16 @@ func printSizes(out io.Writer) {
 		c := s.console
 		fmt.Fprintf(w, "%s\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.workload, c.first.Seconds(), c.all.Seconds(),
 			float64(c.filter)/float64(time.Millisecond), float64(c.pageBytes)/1024, float64(c.heap)/(1<<20))
+	}
+	_ = w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\twith the webhooks: JobSets/s\tp99 create to JobSet ms\twebhook calls/TJ\tAPI server's calls: within 25 ms %\twithin 100 ms %\tp99 at most ms\twebhook server's p99 at most ms\t")
+	for _, s := range sizes {
+		a := s.admitted
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.0f\t%.0f\t\n", s.workload, a.run.throughput(), ms(a.run.p(99)),
+			a.run.webhooks.count()/float64(a.run.n), 100*a.run.webhooks.within(0.025), 100*a.run.webhooks.within(0.1),
+			1000*a.run.webhooks.bound(0.99), 1000*a.server.bound(0.99))
 	}
 	_ = w.Flush()
 	for _, s := range sizes {

@@ -41,6 +41,8 @@ var (
 	repeat         = flag.Int("repeat", 1, "measure each workload's floor and operator this many times, in turn; the summary adds the median ratios")
 	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
 	managerEnv     = flag.String("manager-env", "", "comma-separated NAME=value pairs added to the manager's environment, e.g. GOGC=50")
+	watchedFloor   = flag.Bool("watched-floor", false, "at size (-existing), measure each pair's floor a second time while this process holds plain caches of the kinds every operator "+
+		"of the workload's TrainJobs watches (TrainJobs, JobSets, a gang's PodGroups): what the floor costs with an operator's watches")
 	existing       = flag.Int("existing", 0, "TrainJobs made before the measured runs, mixed as a cluster holds them (of every ten: 7 finished, 2 suspended, 1 queued in Kueue); "+
 		"each workload's runs then share one API server, and the manager's restarts at that size are measured first")
 )
@@ -51,6 +53,8 @@ var comparisons []comparison
 type comparison struct {
 	workload        string
 	floor, operator *result
+	// watched is the floor again with an operator's watches (-watched-floor), or nil.
+	watched *result
 }
 
 func TestMain(m *testing.M) {
@@ -116,6 +120,7 @@ func printComparisons(out io.Writer, cs []comparison) {
 			o.etcdCPU.Seconds()/f.etcdCPU.Seconds(), ms(o.managerCPU)/float64(o.n), float64(o.managerPeakRSS)/(1<<20))
 	}
 	_ = w.Flush()
+	printWatched(out, cs)
 	if *repeat > 1 {
 		printMedians(out, cs)
 	}
@@ -130,6 +135,26 @@ func printComparisons(out io.Writer, cs []comparison) {
 			}
 		}
 	}
+}
+
+// printWatched prints, for the pairs whose floor was measured again with an operator's watches
+// (-watched-floor), that floor's figures and the operator's against them.
+func printWatched(out io.Writer, cs []comparison) {
+	cs = slices.DeleteFunc(slices.Clone(cs), func(c comparison) bool { return c.watched == nil })
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nThe floor again, with an operator's watches\n\n")
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tJobSets/s watched floor\toperator\tratio\tp99 ms watched floor\trequests/TJ watched floor\tAPI CPU ms/TJ watched floor\toperator\tratio\twatched floor / floor\t")
+	for _, c := range cs {
+		f, o := c.watched, c.operator
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.2f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", c.workload,
+			f.throughput(), o.throughput(), o.throughput()/f.throughput(), ms(f.p(99)), f.perTrainJob(f.requests),
+			f.apiCPUPerTrainJob(), o.apiCPUPerTrainJob(), o.apiCPUPerTrainJob()/f.apiCPUPerTrainJob(),
+			f.apiCPUPerTrainJob()/c.floor.apiCPUPerTrainJob())
+	}
+	_ = w.Flush()
 }
 
 // printRequests prints the floor's and the operator's requests per TrainJob side by side.
@@ -184,4 +209,13 @@ func printMedians(out io.Writer, cs []comparison) {
 			float64(rss)/(1<<20))
 	}
 	_ = w.Flush()
+	watched := slices.DeleteFunc(slices.Clone(cs), func(c comparison) bool { return c.watched == nil })
+	if len(watched) == 0 {
+		return
+	}
+	for i := range watched {
+		watched[i].floor, watched[i].watched = watched[i].watched, nil
+	}
+	fmt.Fprintf(out, "\nMedians against the floor with an operator's watches\n\n")
+	printMedians(out, watched)
 }

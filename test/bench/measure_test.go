@@ -58,6 +58,8 @@ type result struct {
 	// and code; conflicts are those answered 409.
 	requests, conflicts requests
 	apiCPU, etcdCPU     time.Duration
+	// webhooks is how long the API server's calls of the operator's webhooks took.
+	webhooks            histogram
 	managerCPU          time.Duration
 	managerPeakRSS      uint64
 	// restartWrites count the restarted manager's writes by verb, resource and code (-restart).
@@ -214,6 +216,7 @@ func (bd *bed) run(b *testing.B, w workload, wr writer, prefix string, mgr *mana
 		conflicts: requested.where(func(k requestKey) bool { return k.code == "409" }),
 		apiCPU:    after.apiCPU - before.apiCPU,
 		etcdCPU:   after.etcdCPU - before.etcdCPU,
+		webhooks:  after.webhooks.since(before.webhooks),
 	}
 	if mgr != nil {
 		if res.managerPeakRSS, err = mgr.peakRSS(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +27,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -205,6 +208,14 @@ func (cp *controlPlane) profile(ctx context.Context, path string, seconds int) e
 type sample struct {
 	apiCPU, etcdCPU time.Duration
 	requests        requests
+	// webhooks is how long the API server's calls of the operator's webhooks took, each call's
+	// round trip (apiserver_admission_webhook_admission_duration_seconds).
+	webhooks histogram
+}
+
+// operatorWebhook tells whether a webhook of a configuration is one of the operator's.
+func operatorWebhook(labels map[string]string) bool {
+	return strings.HasSuffix(labels["name"], "."+trainer.GroupVersion.Group)
 }
 
 // requestKey is a kind of API request, as apiserver_request_total counts them.
@@ -229,12 +240,10 @@ func (cp *controlPlane) sample(ctx context.Context) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.webhooks = histogramOf(families, "apiserver_admission_webhook_admission_duration_seconds", operatorWebhook)
 	if f, ok := families["apiserver_request_total"]; ok {
 		for _, m := range f.Metric {
-			l := map[string]string{}
-			for _, p := range m.Label {
-				l[p.GetName()] = p.GetValue()
-			}
+			l := labelsOf(m)
 			if l["resource"] == "" {
 				continue // The metrics themselves, and other paths that are not objects.
 			}
@@ -246,6 +255,66 @@ func (cp *controlPlane) sample(ctx context.Context) (*sample, error) {
 		}
 	}
 	return s, nil
+}
+
+// labelsOf is a metric's labels, by name.
+func labelsOf(m *dto.Metric) map[string]string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
+
+// histogram is a Prometheus histogram's cumulative counts by upper bound (the last +Inf: every
+// observation), summed over the series a filter keeps.
+type histogram map[float64]float64
+
+func histogramOf(families testenv.Metrics, name string, keep func(labels map[string]string) bool) histogram {
+	h := histogram{}
+	for _, m := range families[name].GetMetric() {
+		if !keep(labelsOf(m)) {
+			continue
+		}
+		for _, b := range m.GetHistogram().GetBucket() {
+			if !math.IsInf(b.GetUpperBound(), 1) { // The text format's +Inf bucket is the count.
+				h[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
+		}
+		h[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+	}
+	return h
+}
+
+// since is what was observed between an earlier histogram and this one.
+func (h histogram) since(before histogram) histogram {
+	out := histogram{}
+	for le, n := range h {
+		out[le] = n - before[le]
+	}
+	return out
+}
+
+// count is the number of observations.
+func (h histogram) count() float64 { return h[math.Inf(1)] }
+
+// within is the share of the observations at most le (a bucket's bound).
+func (h histogram) within(le float64) float64 {
+	if h.count() == 0 {
+		return 0
+	}
+	return h[le] / h.count()
+}
+
+// bound is the least bucket bound at or under which at least a share q of the observations fell:
+// as near as the buckets tell, the q-quantile is at most this.
+func (h histogram) bound(q float64) float64 {
+	for _, le := range slices.Sorted(maps.Keys(h)) {
+		if h[le] >= q*h.count() {
+			return le
+		}
+	}
+	return math.Inf(1)
 }
 
 // requestsSince counts the requests between an earlier sample and this one.
@@ -296,23 +365,24 @@ func cpuTime(p procfs.Proc) (time.Duration, error) {
 	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
-// manager is bin/manager run as its own program, as cmd/main.go runs it, without webhooks, with
-// its metrics and profiler on loopback over HTTP.
+// manager is bin/manager run as its own program, as cmd/main.go runs it, without webhooks unless
+// asked (admit), with its metrics and profiler on loopback over HTTP.
 type manager struct {
 	program                *testenv.Program
 	metricsAddr, pprofAddr string
 }
 
 func startManager(cluster *testenv.Cluster) (*manager, error) {
-	m, err := launchManager(cluster)
+	m, err := launchManager(cluster, nil)
 	if err != nil {
 		return nil, err
 	}
 	return m, m.waitForWorkers()
 }
 
-// launchManager starts the manager, with args added to its own, without waiting for it.
-func launchManager(cluster *testenv.Cluster, args ...string) (*manager, error) {
+// launchManager starts the manager, with args added to its own, without waiting for it; with
+// hooks, it serves the operator's webhooks as they say (their certificate, host and port).
+func launchManager(cluster *testenv.Cluster, hooks *envtest.WebhookInstallOptions, args ...string) (*manager, error) {
 	kubeconfig, err := cluster.OperatorKubeconfig(context.Background(), "manager")
 	if err != nil {
 		return nil, err
@@ -325,6 +395,11 @@ func launchManager(cluster *testenv.Cluster, args ...string) (*manager, error) {
 		return nil, err
 	}
 	env := []string{"KUBECONFIG=" + kubeconfig, "ENABLE_WEBHOOKS=false"}
+	if hooks != nil {
+		env[1] = "ENABLE_WEBHOOKS=true"
+		args = append(args, "--webhook-cert-path="+hooks.LocalServingCertDir, "--webhook-host="+hooks.LocalServingHost,
+			"--webhook-port="+strconv.Itoa(hooks.LocalServingPort))
+	}
 	if *managerEnv != "" {
 		env = append(env, strings.Split(*managerEnv, ",")...)
 	}
@@ -419,18 +494,23 @@ func (m *manager) cpuTime() (time.Duration, error) {
 	return cpuTime(p)
 }
 
-// reconciles reads the manager's metrics: the reconciles done, and the TrainJobs queued.
-func (m *manager) reconciles() (done, queued float64, err error) {
+// metrics reads the manager's metrics.
+func (m *manager) metrics() (testenv.Metrics, error) {
 	resp, err := http.Get("http://" + m.metricsAddr + "/metrics")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(bufio.NewReader(resp.Body)); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	families, err := testenv.ParseMetrics(buf.Bytes())
+	return testenv.ParseMetrics(buf.Bytes())
+}
+
+// reconciles reads the manager's metrics: the reconciles done, and the TrainJobs queued.
+func (m *manager) reconciles() (done, queued float64, err error) {
+	families, err := m.metrics()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -558,7 +638,7 @@ type restarted struct {
 func failover(ctx context.Context, b *testing.B, cluster *testenv.Cluster, cp *controlPlane, m *manager, want float64) (*manager, *restarted, error) {
 	m.program.Stop()
 	elect := []string{"--leader-elect", "--leader-elect-namespace=" + testenv.OperatorNamespace}
-	leader, err := launchManager(cluster, elect...)
+	leader, err := launchManager(cluster, nil, elect...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -568,7 +648,7 @@ func failover(ctx context.Context, b *testing.B, cluster *testenv.Cluster, cp *c
 	if err := leader.settle(want); err != nil {
 		return nil, nil, err
 	}
-	standby, err := launchManager(cluster, elect...)
+	standby, err := launchManager(cluster, nil, elect...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -602,7 +682,7 @@ func restartAndCount(ctx context.Context, cluster *testenv.Cluster, cp *controlP
 		return nil, nil, err
 	}
 	start := time.Now()
-	if m, err = launchManager(cluster); err != nil {
+	if m, err = launchManager(cluster, nil); err != nil {
 		return nil, nil, err
 	}
 	profiled := make(chan error, 1)

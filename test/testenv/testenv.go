@@ -128,11 +128,9 @@ func newEnv(s *settings) (*envtest.Environment, error) {
 		BinaryAssetsDirectory: assets,
 	}
 	if s.webhooks {
-		root, err := moduleDir("")
-		if err != nil {
+		if env.WebhookInstallOptions, err = OperatorWebhooks(); err != nil {
 			return nil, err
 		}
-		env.WebhookInstallOptions.Paths = []string{filepath.Join(root, "config", "webhook")}
 		if s.local != nil && s.local.RealNode {
 			// The webhook server, and so the progress endpoint, on the machine's address, which
 			// the real node's pods reach (loopback is their own).
@@ -152,6 +150,17 @@ func newEnv(s *settings) (*envtest.Environment, error) {
 		env.WebhookInstallOptions.ValidatingWebhooks = validating
 	}
 	return env, nil
+}
+
+// OperatorWebhooks are the operator's webhook configurations as config/webhook ships them, to be
+// served on loopback: PrepWithoutInstalling points them there with a certificate of their own, and
+// Install creates them.
+func OperatorWebhooks() (envtest.WebhookInstallOptions, error) {
+	root, err := moduleDir("")
+	if err != nil {
+		return envtest.WebhookInstallOptions{}, err
+	}
+	return envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}, LocalServingHost: "127.0.0.1"}, nil
 }
 
 // moduleDir asks the go command where a module is: the main module for "", else the module cache
