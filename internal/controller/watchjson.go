@@ -22,6 +22,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kjson "sigs.k8s.io/json"
 )
 
 // The watches of the kinds served in JSON only (custom resources: TrainJobs, JobSets, PodGroups)
@@ -204,7 +206,40 @@ func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 		}
 		return d.Serializer.Decode(data, defaults, into)
 	}
+	if into == nil {
+		if gvk, err := (typeMetaFirst{}).Interpret(data); err == nil && *gvk == jobSetKind {
+			if js, err := decodeJobSetSummary(data); err == nil {
+				return js, gvk, nil
+			}
+		}
+	}
 	return d.objects.Decode(data, defaults, into)
+}
+
+var jobSetKind = jobsetv1alpha2.GroupVersion.WithKind("JobSet")
+
+// decodeJobSetSummary decodes of a JobSet only what the cache keeps of it (keepJobSetSummary):
+// its metadata, spec.suspend and status. The decoder skips the rest of its spec, its pod
+// templates (the trainer's command and arguments: a training function's source, for the SDK's
+// TrainJobs; the progress endpoint's CA), rather than decoding them into structs and strings that
+// the transform then drops: at a restart with tens of thousands of JobSets, most of the garbage.
+func decodeJobSetSummary(data []byte) (*jobsetv1alpha2.JobSet, error) {
+	var summary struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata,omitempty"`
+		Spec              struct {
+			Suspend *bool `json:"suspend,omitempty"`
+		} `json:"spec"`
+		Status jobsetv1alpha2.JobSetStatus `json:"status,omitempty"`
+	}
+	// As client-go's JSON serializer decodes a typed object.
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &summary); err != nil {
+		return nil, err
+	}
+	return &jobsetv1alpha2.JobSet{
+		TypeMeta: summary.TypeMeta, ObjectMeta: summary.ObjectMeta,
+		Spec: jobsetv1alpha2.JobSetSpec{Suspend: summary.Spec.Suspend}, Status: summary.Status,
+	}, nil
 }
 
 // splitWatchEvent reads a watch event as the API server writes it, {"type":"T","object":{...}},

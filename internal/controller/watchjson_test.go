@@ -121,6 +121,14 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 	require.ErrorIs(t, wantErr, io.EOF)
 	require.Len(t, want, 11)
 	assert.Contains(t, want[2].Object.(*trainer.TrainJob).Spec.Trainer.Args[1], `print("{[}]\\"`)
+	// Of a JobSet, the watch decodes only what the cache keeps (keepJobSetSummary): its spec's
+	// suspend, not its pod templates.
+	require.NotEmpty(t, want[0].Object.(*jobsetv1alpha2.JobSet).Spec.ReplicatedJobs)
+	for _, e := range want {
+		if js, ok := e.Object.(*jobsetv1alpha2.JobSet); ok {
+			js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
+		}
+	}
 	for name, reader := range map[string]func(io.Reader) io.Reader{
 		"whole":        func(r io.Reader) io.Reader { return r },
 		"byte by byte": iotest.OneByteReader,
