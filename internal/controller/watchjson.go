@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,7 +34,8 @@ import (
 // find a kind the event has not got, twice more to decode the event and copy out its object, then
 // twice to find the object's kind and twice to decode it. At a restart with 50,000 TrainJobs that
 // was two thirds of the manager's CPU (docs/performance.md). Of what the API server writes for
-// these kinds, each event and object decodes to what client-go's decoding makes of it
+// these kinds, each event and object decodes to what client-go's decoding makes of it, but a
+// JobSet, of which a cache that keeps its summary (keepJobSetSummary) decodes no more
 // (TestWatchJSONDecodesAsClientGo); an event written otherwise is decoded by client-go's decoder.
 // One difference is left: an object's kind is read from its first fields, where client-go reads the
 // last of its keys that match "apiVersion" and "kind" without regard to case; only a custom
@@ -74,15 +76,10 @@ func newWatchJSON(config *rest.Config, opts cache.Options) (*watchJSON, error) {
 		len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil {
 		return nil, nil
 	}
-	codecs, err := newJSONOnce(opts.Scheme)
-	if err != nil {
-		return nil, err
-	}
 	w := &watchJSON{
 		scheme: opts.Scheme, mapper: opts.Mapper, config: config, httpClient: opts.HTTPClient,
 		byObject:  map[schema.GroupVersionKind]cache.ByObject{},
 		bookmarks: ptr.Deref(opts.DefaultEnableWatchBookmarks, true),
-		codecs:    codecs,
 	}
 	for obj, by := range opts.ByObject {
 		gvk, err := apiutil.GVKForObject(obj, opts.Scheme)
@@ -90,6 +87,13 @@ func newWatchJSON(config *rest.Config, opts cache.Options) (*watchJSON, error) {
 			return nil, err
 		}
 		w.byObject[gvk] = by
+	}
+	// JobSets are decoded as summaries only for a cache that keeps no more of them.
+	summary := w.byObject[jobSetKind].Transform
+	summarize := summary != nil && reflect.ValueOf(summary).Pointer() == reflect.ValueOf(keepJobSetSummary).Pointer()
+	var err error
+	if w.codecs, err = newJSONOnce(opts.Scheme, summarize); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
@@ -158,7 +162,9 @@ type jsonOnce struct {
 	infos []runtime.SerializerInfo
 }
 
-func newJSONOnce(scheme *runtime.Scheme) (jsonOnce, error) {
+// newJSONOnce makes the codecs; with summarizeJobSets, a JobSet is decoded as decodeJobSetSummary
+// decodes it.
+func newJSONOnce(scheme *runtime.Scheme, summarizeJobSets bool) (jsonOnce, error) {
 	codecs := serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}
 	events, _, err := scheme.ObjectKinds(&metav1.WatchEvent{})
 	if err != nil {
@@ -171,6 +177,7 @@ func newJSONOnce(scheme *runtime.Scheme) (jsonOnce, error) {
 				Serializer: info.Serializer,
 				objects:    jsonserializer.NewSerializerWithOptions(typeMetaFirst{}, scheme, scheme, jsonserializer.SerializerOptions{}),
 				event:      events[0],
+				summarizeJobSets: summarizeJobSets,
 			}
 			info.Serializer = decoder
 			stream := *info.StreamSerializer
@@ -193,6 +200,8 @@ type onceDecoder struct {
 	objects runtime.Serializer
 	// event is the kind of a watch event, as client-go's decoding returns it.
 	event schema.GroupVersionKind
+	// summarizeJobSets decodes a JobSet's summary only (decodeJobSetSummary).
+	summarizeJobSets bool
 }
 
 func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -206,7 +215,7 @@ func (d onceDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into
 		}
 		return d.Serializer.Decode(data, defaults, into)
 	}
-	if into == nil {
+	if into == nil && d.summarizeJobSets {
 		if gvk, err := (typeMetaFirst{}).Interpret(data); err == nil && *gvk == jobSetKind {
 			if js, err := decodeJobSetSummary(data); err == nil {
 				return js, gvk, nil

@@ -87,7 +87,9 @@ func compacted(t testing.TB, file string) []byte {
 func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 	scheme := watchScheme(t)
 	theirs := serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme)}
-	ours, err := newJSONOnce(scheme)
+	ours, err := newJSONOnce(scheme, true)
+	require.NoError(t, err)
+	whole, err := newJSONOnce(scheme, false)
 	require.NoError(t, err)
 
 	jobSet, trainJob, podGroup := compacted(t, "testdata/cached-jobset.json"), compacted(t, "testdata/cached-trainjob.json"), compacted(t, "testdata/cached-podgroup.json")
@@ -102,8 +104,22 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 	metadataFirst := bytes.Replace(trainJob, []byte(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob",`), []byte(`{"metadata":{"name":"first"},"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob",`), 1)
 	require.NotEqual(t, trainJob, metadataFirst)
 
+	// A JobSet with labels, suspended, with a status.
+	var running map[string]any
+	require.NoError(t, json.Unmarshal(jobSet, &running))
+	meta := running["metadata"].(map[string]any)
+	meta["labels"] = map[string]any{"trainer.kubeflow.org/trainjob-name": "tj-1234", "team": "a"}
+	running["spec"].(map[string]any)["suspend"] = true
+	running["status"] = map[string]any{
+		"conditions": []any{map[string]any{"type": "Suspended", "status": "True", "reason": "SuspendedJobs", "message": "jobs are suspended", "lastTransitionTime": "2026-11-28T10:00:00Z"}},
+		"restarts":   3, "restartsCountTowardsMax": 1, "terminalState": "", "replicatedJobsStatus": []any{map[string]any{"name": "node", "ready": 1, "succeeded": 0, "failed": 1, "active": 1, "suspended": 1}},
+	}
+	suspended, err := json.Marshal(running)
+	require.NoError(t, err)
+
 	var stream bytes.Buffer
 	stream.Write(watchEvent(t, watch.Added, jobSet))
+	stream.Write(watchEvent(t, watch.Modified, suspended))
 	stream.Write(watchEvent(t, watch.Added, trainJob))
 	stream.WriteString("  \r\n\t")
 	stream.Write(watchEvent(t, watch.Modified, sdk))
@@ -119,16 +135,29 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 
 	want, wantErr := decodeWatch(t, theirs, bytes.NewReader(stream.Bytes()))
 	require.ErrorIs(t, wantErr, io.EOF)
-	require.Len(t, want, 11)
-	assert.Contains(t, want[2].Object.(*trainer.TrainJob).Spec.Trainer.Args[1], `print("{[}]\\"`)
-	// Of a JobSet, the watch decodes only what the cache keeps (keepJobSetSummary): its spec's
-	// suspend, not its pod templates.
+	require.Len(t, want, 12)
+	assert.Contains(t, want[3].Object.(*trainer.TrainJob).Spec.Trainer.Args[1], `print("{[}]\\"`)
 	require.NotEmpty(t, want[0].Object.(*jobsetv1alpha2.JobSet).Spec.ReplicatedJobs)
-	for _, e := range want {
-		if js, ok := e.Object.(*jobsetv1alpha2.JobSet); ok {
-			js.Spec = jobsetv1alpha2.JobSetSpec{Suspend: js.Spec.Suspend}
+	require.Len(t, want[1].Object.(*jobsetv1alpha2.JobSet).Status.ReplicatedJobsStatus, 1)
+
+	// Unless it summarizes JobSets, it decodes each whole.
+	got, err := decodeWatch(t, whole, bytes.NewReader(stream.Bytes()))
+	require.ErrorIs(t, err, io.EOF)
+	require.Len(t, got, len(want))
+	for i := range want {
+		assert.Empty(t, cmp.Diff(want[i].Object, got[i].Object), "event %d", i)
+	}
+	// Of a JobSet, it decodes what the cache keeps (keepJobSetSummary): the two are the same once
+	// the cache has taken what it keeps.
+	keep := func(events []watch.Event) {
+		for _, e := range events {
+			if _, ok := e.Object.(*jobsetv1alpha2.JobSet); ok {
+				_, err := keepJobSetSummary(e.Object)
+				require.NoError(t, err)
+			}
 		}
 	}
+	keep(want)
 	for name, reader := range map[string]func(io.Reader) io.Reader{
 		"whole":        func(r io.Reader) io.Reader { return r },
 		"byte by byte": iotest.OneByteReader,
@@ -138,6 +167,8 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 			got, err := decodeWatch(t, ours, reader(bytes.NewReader(stream.Bytes())))
 			require.ErrorIs(t, err, io.EOF)
 			require.Len(t, got, len(want))
+			assert.Empty(t, got[0].Object.(*jobsetv1alpha2.JobSet).Spec.ReplicatedJobs, "a JobSet's pod templates decoded")
+			keep(got)
 			for i := range want {
 				assert.Equal(t, want[i].Type, got[i].Type, "event %d", i)
 				assert.Empty(t, cmp.Diff(want[i].Object, got[i].Object), "event %d", i)
@@ -149,7 +180,7 @@ func TestWatchJSONDecodesAsClientGo(t *testing.T) {
 // A watch stream that ends within an event, or holds what is not an event, fails its watch (the
 // reflector watches again).
 func TestWatchJSONRefusesBrokenStreams(t *testing.T) {
-	ours, err := newJSONOnce(watchScheme(t))
+	ours, err := newJSONOnce(watchScheme(t), true)
 	require.NoError(t, err)
 	podGroup := compacted(t, "testdata/cached-podgroup.json")
 	whole := watchEvent(t, watch.Added, podGroup)
@@ -315,4 +346,23 @@ func TestWatchJSONOnlyWhereItMirrorsTheCache(t *testing.T) {
 func withByObject(opts cache.Options, by cache.ByObject) cache.Options {
 	opts.ByObject = map[client.Object]cache.ByObject{&jobsetv1alpha2.JobSet{}: by}
 	return opts
+}
+
+// A cache's watches decode JobSets as summaries only where the cache keeps no more of them.
+func TestWatchJSONSummarizesJobSetsOnlyWhereTheCacheDoes(t *testing.T) {
+	summarizes := func(transform toolscache.TransformFunc) bool {
+		opts := cache.Options{
+			Scheme: watchScheme(t), Mapper: apimeta.NewDefaultRESTMapper(nil), HTTPClient: http.DefaultClient,
+			ByObject: map[client.Object]cache.ByObject{&jobsetv1alpha2.JobSet{}: {Transform: transform}},
+		}
+		w, err := newWatchJSON(&rest.Config{}, opts)
+		require.NoError(t, err)
+		require.NotNil(t, w)
+		info, ok := kruntime.SerializerInfoForMediaType(w.codecs.SupportedMediaTypes(), kruntime.ContentTypeJSON)
+		require.True(t, ok)
+		return info.Serializer.(onceDecoder).summarizeJobSets
+	}
+	assert.True(t, summarizes(keepJobSetSummary))
+	assert.False(t, summarizes(nil))
+	assert.False(t, summarizes(shareChildMetadata), "a cache that keeps a JobSet's spec")
 }

@@ -41,6 +41,8 @@ var (
 	repeat         = flag.Int("repeat", 1, "measure each workload's floor and operator this many times, in turn; the summary adds the median ratios")
 	restart        = flag.Bool("restart", false, "after the operator's run, finish half the JobSets, restart the manager and count its writes")
 	managerEnv     = flag.String("manager-env", "", "comma-separated NAME=value pairs added to the manager's environment, e.g. GOGC=50")
+	memoryLimit    = flag.String("memory-limit", "", "at size, a container memory limit in bytes, passed as MEMORY_LIMIT (as the install passes limits.memory) to each manager started "+
+		"after the population (whose manager holds every TrainJob unfinished at once, as no cluster does)")
 	watchedFloor   = flag.Bool("watched-floor", false, "at size (-existing), measure each pair's floor a second time while this process holds plain caches of the kinds every operator "+
 		"of the workload's TrainJobs watches (TrainJobs, JobSets, a gang's PodGroups): what the floor costs with an operator's watches")
 	existing       = flag.Int("existing", 0, "TrainJobs made before the measured runs, mixed as a cluster holds them (of every ten: 7 finished, 2 suspended, 1 queued in Kueue); "+
@@ -122,7 +124,7 @@ func printComparisons(out io.Writer, cs []comparison) {
 	_ = w.Flush()
 	printWatched(out, cs)
 	if *repeat > 1 {
-		printMedians(out, cs)
+		printMedians(out, cs, "against the floor")
 	}
 	for _, c := range cs {
 		fmt.Fprintf(out, "\n%s: API requests per TrainJob, by verb, resource and code\n", c.workload)
@@ -175,7 +177,7 @@ func printRequests(out io.Writer, floor, operator *result) {
 
 // printMedians prints, per workload, the median of each operator/floor ratio over the repeated
 // runs, and the largest manager peak RSS.
-func printMedians(out io.Writer, cs []comparison) {
+func printMedians(out io.Writer, cs []comparison, against string) {
 	byWorkload := map[string][]comparison{}
 	for _, c := range cs {
 		name, _, _ := strings.Cut(c.workload, "#")
@@ -192,7 +194,7 @@ func printMedians(out io.Writer, cs []comparison) {
 		}
 		return (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
 	}
-	fmt.Fprintf(out, "\nMedians over %d runs of each\n\n", *repeat)
+	fmt.Fprintf(out, "\nMedians over %d runs of each, %s\n\n", *repeat, against)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "workload\tJobSets/s ratio\tp99 ratio\trequests/TJ ratio\tAPI CPU ratio\tmanager peak RSS MiB (most)\t")
 	for _, name := range slices.Sorted(maps.Keys(byWorkload)) {
@@ -216,6 +218,5 @@ func printMedians(out io.Writer, cs []comparison) {
 	for i := range watched {
 		watched[i].floor, watched[i].watched = watched[i].watched, nil
 	}
-	fmt.Fprintf(out, "\nMedians against the floor with an operator's watches\n\n")
-	printMedians(out, watched)
+	printMedians(out, watched, "against the floor with an operator's watches")
 }

@@ -42,4 +42,5 @@ apiserver_admission_webhook_admission_duration_seconds_count{name="vjob.example.
 	assert.InDelta(t, 0.1, since.bound(0.99), 0)
 	assert.True(t, math.IsInf(histogram{math.Inf(1): 5}.bound(0.99), 1), "nothing within a bound")
 	assert.Zero(t, histogram{}.within(0.025))
+	assert.True(t, math.IsNaN(histogram{0.005: 0, math.Inf(1): 0}.bound(0.99)), "no observations")
 }

@@ -307,8 +307,11 @@ func (h histogram) within(le float64) float64 {
 }
 
 // bound is the least bucket bound at or under which at least a share q of the observations fell:
-// as near as the buckets tell, the q-quantile is at most this.
+// as near as the buckets tell, the q-quantile is at most this. With no observations, NaN.
 func (h histogram) bound(q float64) float64 {
+	if h.count() == 0 {
+		return math.NaN()
+	}
 	for _, le := range slices.Sorted(maps.Keys(h)) {
 		if h[le] >= q*h.count() {
 			return le
@@ -365,6 +368,10 @@ func cpuTime(p procfs.Proc) (time.Duration, error) {
 	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
+// limitMemory passes -memory-limit to the managers started while it is set: at size, once the
+// population is made.
+var limitMemory bool
+
 // manager is bin/manager run as its own program, as cmd/main.go runs it, without webhooks unless
 // asked (admit), with its metrics and profiler on loopback over HTTP.
 type manager struct {
@@ -402,6 +409,9 @@ func launchManager(cluster *testenv.Cluster, hooks *envtest.WebhookInstallOption
 	}
 	if *managerEnv != "" {
 		env = append(env, strings.Split(*managerEnv, ",")...)
+	}
+	if limitMemory && *memoryLimit != "" {
+		env = append(env, "MEMORY_LIMIT="+*memoryLimit)
 	}
 	m.program, err = cluster.StartProgram("manager", env, append([]string{
 		"--metrics-bind-address=" + m.metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0",
@@ -506,6 +516,24 @@ func (m *manager) metrics() (testenv.Metrics, error) {
 		return nil, err
 	}
 	return testenv.ParseMetrics(buf.Bytes())
+}
+
+// webhookServed is how many admission requests the manager's webhook server answered, and the
+// seconds it took for them all.
+type webhookServed struct{ calls, seconds float64 }
+
+// served reads the manager's metrics: what its webhook server answered so far.
+func (m *manager) served() (webhookServed, error) {
+	families, err := m.metrics()
+	if err != nil {
+		return webhookServed{}, err
+	}
+	var s webhookServed
+	for _, h := range families["controller_runtime_webhook_latency_seconds"].GetMetric() {
+		s.calls += float64(h.GetHistogram().GetSampleCount())
+		s.seconds += h.GetHistogram().GetSampleSum()
+	}
+	return s, nil
 }
 
 // reconciles reads the manager's metrics: the reconciles done, and the TrainJobs queued.
