@@ -48,7 +48,7 @@ func FuzzAdmission(f *testing.F) {
 	ctr := runtimeWebhook[*trainer.ClusterTrainingRuntime]{kind: trainer.ClusterTrainingRuntimeKind, frameworks: frameworks,
 		spec: func(rt *trainer.ClusterTrainingRuntime) *trainer.TrainingRuntimeSpec { return &rt.Spec }}
 	handlers := map[string]*admission.Webhook{
-		"TrainJob":                       admission.WithValidator(scheme, &trainJobWebhook{client: reader, frameworks: frameworks}),
+		"TrainJob":                       admission.WithValidator(scheme, &trainJobWebhook{runtimes: runtimes{cache: reader, reader: reader}, frameworks: frameworks}),
 		"TrainingRuntime":                admission.WithValidator(scheme, tr),
 		"TrainingRuntime defaults":       admission.WithDefaulter(scheme, tr),
 		"ClusterTrainingRuntime":         admission.WithValidator(scheme, ctr),

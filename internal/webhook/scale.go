@@ -59,13 +59,13 @@ func (w scaleWebhook) Handle(ctx context.Context, req admission.Request) admissi
 // suspended, and that it may change numNodes to that (trainJobWebhook.ValidateUpdate).
 func (w scaleWebhook) validate(ctx context.Context, key types.NamespacedName, replicas int32) error {
 	old := &trainer.TrainJob{}
-	if err := w.trainJobs.client.Get(ctx, key, old); err != nil {
+	if err := w.trainJobs.runtimes.reader.Get(ctx, key, old); err != nil {
 		return err
 	}
 	if !old.ManagedByOperator() || nodes(old) == replicas {
 		return nil
 	}
-	rt, err := trainingruntime.ForTrainJob(ctx, w.trainJobs.client, old)
+	rt, err := w.trainJobs.runtimes.forTrainJob(ctx, old)
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound):
 		return invalid(trainer.TrainJobKind, key.Name, field.Forbidden(framework.TrainerPath.Child("numNodes"), "its runtime cannot be found, so its size cannot be checked"))

@@ -67,10 +67,11 @@ func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsRea
 // Setup registers the webhooks of the three kinds with the manager's webhook server.
 func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 	setupJobWebhook(mgr)
-	trainJobs := &trainJobWebhook{client: mgr.GetAPIReader(), frameworks: frameworks}
+	rts := runtimes{cache: mgr.GetClient(), reader: mgr.GetAPIReader()}
+	trainJobs := &trainJobWebhook{runtimes: rts, frameworks: frameworks}
 	setupScaleWebhook(mgr, trainJobs)
 	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainJob{}).
-		WithDefaulter(trainJobDefaulter{cache: mgr.GetClient(), reader: mgr.GetAPIReader()}).
+		WithDefaulter(trainJobDefaulter{runtimes: rts}).
 		WithValidator(trainJobs).
 		Complete(); err != nil {
 		return err
@@ -87,10 +88,27 @@ func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 
 // +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
 
+// runtimes finds a TrainJob's runtime in the manager's cache, and in the API server only when the
+// cache lacks it (a runtime applied a moment before its TrainJob): admitting a TrainJob costs the
+// API server no read. What else admission reads, a snapshot's ConfigMap or a TrainJob being
+// scaled, it reads from the API server (reader): the cache holds no ConfigMap, and a scale must
+// see the TrainJob as it is.
+type runtimes struct {
+	cache, reader client.Reader
+}
+
+func (r runtimes) forTrainJob(ctx context.Context, tj *trainer.TrainJob) (*trainingruntime.Runtime, error) {
+	rt, err := trainingruntime.ForTrainJob(ctx, r.cache, tj)
+	if errors.Is(err, trainingruntime.ErrNotFound) {
+		rt, err = trainingruntime.ForTrainJob(ctx, r.reader, tj)
+	}
+	return rt, err
+}
+
 // trainJobDefaulter defaults a new elastic TrainJob's size, and stamps the times of its runtime
 // patches.
 type trainJobDefaulter struct {
-	cache, reader client.Reader
+	runtimes runtimes
 }
 
 // Default fills in what a TrainJob leaves out. The API server may call it twice for one request:
@@ -114,8 +132,7 @@ func (d trainJobDefaulter) Default(ctx context.Context, tj *trainer.TrainJob) er
 // and Kueue, which counts its pods from that field, counts what runs: an update that leaves it
 // out keeps the size it had, and a new TrainJob, or one that never had it, gets its runtime's
 // maxNodes, the size it starts at. Elastic is what the runtime it is built from says (its
-// snapshot, once it has one), looked up in the cache, and past it only when the cache lacks it (a
-// runtime applied a moment before). Without a runtime the TrainJob is left as it is, and gets its
+// snapshot, once it has one). Without a runtime the TrainJob is left as it is, and gets its
 // size on its next update.
 func (d trainJobDefaulter) defaultNodes(ctx context.Context, old, tj *trainer.TrainJob) {
 	if !tj.ManagedByOperator() || nodes(tj) != 0 {
@@ -126,10 +143,7 @@ func (d trainJobDefaulter) defaultNodes(ctx context.Context, old, tj *trainer.Tr
 		withStatus = tj.DeepCopy()
 		withStatus.Status = old.Status
 	}
-	rt, err := trainingruntime.ForTrainJob(ctx, d.cache, withStatus)
-	if errors.Is(err, trainingruntime.ErrNotFound) {
-		rt, err = trainingruntime.ForTrainJob(ctx, d.reader, withStatus)
-	}
+	rt, err := d.runtimes.forTrainJob(ctx, withStatus)
 	if err != nil || framework.ElasticPolicy(rt.Spec.MLPolicy) == nil {
 		return
 	}
@@ -175,10 +189,9 @@ func withoutTime(p trainer.RuntimePatch) trainer.RuntimePatch {
 
 // +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=vtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
 
-// trainJobWebhook validates TrainJobs against their runtime, read from the API server rather
-// than the cache: a runtime applied a moment before its TrainJob must be found.
+// trainJobWebhook validates TrainJobs against their runtime.
 type trainJobWebhook struct {
-	client     client.Reader
+	runtimes   runtimes
 	frameworks []framework.Framework
 }
 
@@ -216,7 +229,7 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 	)
 	if resized {
 		var err error
-		rt, err = trainingruntime.ForTrainJob(ctx, w.client, tj)
+		rt, err = w.runtimes.forTrainJob(ctx, tj)
 		if err != nil && !errors.Is(err, trainingruntime.ErrNotFound) {
 			return nil, apierrors.NewInternalError(err)
 		}
@@ -279,9 +292,9 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 		return nil, nil // Another controller runs it, against a runtime there.
 	}
 	warnings := kueueWarnings(tj)
-	rt, err := trainingruntime.ForTrainJob(ctx, w.client, tj)
+	rt, err := w.runtimes.forTrainJob(ctx, tj)
 	if err == nil {
-		rt, err = rt.Load(ctx, w.client, tj)
+		rt, err = rt.Load(ctx, w.runtimes.reader, tj)
 	}
 	switch {
 	case errors.Is(err, trainingruntime.ErrNotFound):
