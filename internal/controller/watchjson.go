@@ -174,9 +174,9 @@ func newJSONOnce(scheme *runtime.Scheme, summarizeJobSets bool) (jsonOnce, error
 	for _, info := range codecs.SupportedMediaTypes() {
 		if info.MediaType == runtime.ContentTypeJSON && info.StreamSerializer != nil {
 			decoder := onceDecoder{
-				Serializer: info.Serializer,
-				objects:    jsonserializer.NewSerializerWithOptions(typeMetaFirst{}, scheme, scheme, jsonserializer.SerializerOptions{}),
-				event:      events[0],
+				Serializer:       info.Serializer,
+				objects:          jsonserializer.NewSerializerWithOptions(typeMetaFirst{}, scheme, scheme, jsonserializer.SerializerOptions{}),
+				event:            events[0],
 				summarizeJobSets: summarizeJobSets,
 			}
 			info.Serializer = decoder

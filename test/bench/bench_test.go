@@ -43,9 +43,9 @@ var (
 	managerEnv     = flag.String("manager-env", "", "comma-separated NAME=value pairs added to the manager's environment, e.g. GOGC=50")
 	memoryLimit    = flag.String("memory-limit", "", "at size, a container memory limit in bytes, passed as MEMORY_LIMIT (as the install passes limits.memory) to each manager started "+
 		"after the population (whose manager holds every TrainJob unfinished at once, as no cluster does)")
-	watchedFloor   = flag.Bool("watched-floor", false, "at size (-existing), measure each pair's floor a second time while this process holds plain caches of the kinds every operator "+
+	watchedFloor = flag.Bool("watched-floor", false, "at size (-existing), measure each pair's floor a second time while this process holds plain caches of the kinds every operator "+
 		"of the workload's TrainJobs watches (TrainJobs, JobSets, a gang's PodGroups): what the floor costs with an operator's watches")
-	existing       = flag.Int("existing", 0, "TrainJobs made before the measured runs, mixed as a cluster holds them (of every ten: 7 finished, 2 suspended, 1 queued in Kueue); "+
+	existing = flag.Int("existing", 0, "TrainJobs made before the measured runs, mixed as a cluster holds them (of every ten: 7 finished, 2 suspended, 1 queued in Kueue); "+
 		"each workload's runs then share one API server, and the manager's restarts at that size are measured first")
 )
 

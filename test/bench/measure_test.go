@@ -59,9 +59,9 @@ type result struct {
 	requests, conflicts requests
 	apiCPU, etcdCPU     time.Duration
 	// webhooks is how long the API server's calls of the operator's webhooks took.
-	webhooks            histogram
-	managerCPU          time.Duration
-	managerPeakRSS      uint64
+	webhooks       histogram
+	managerCPU     time.Duration
+	managerPeakRSS uint64
 	// restartWrites count the restarted manager's writes by verb, resource and code (-restart).
 	restartWrites requests
 }

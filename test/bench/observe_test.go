@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/procfs"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/procfs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"

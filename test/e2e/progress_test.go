@@ -22,8 +22,8 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/progress"
-	"github.com/trainjob/operator/internal/trainingruntime"
 	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/internal/trainingruntime"
 	"github.com/trainjob/operator/test/testenv"
 )
 
