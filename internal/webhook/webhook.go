@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,20 +90,32 @@ func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
 // +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
 
 // runtimes finds a TrainJob's runtime in the manager's cache, and in the API server only when the
-// cache lacks it (a runtime applied a moment before its TrainJob): admitting a TrainJob costs the
-// API server no read. What else admission reads, a snapshot's ConfigMap or a TrainJob being
-// scaled, it reads from the API server (reader): the cache holds no ConfigMap, and a scale must
-// see the TrainJob as it is.
+// cache cannot answer: it lacks the runtime (applied a moment before its TrainJob) or has not
+// synced within cacheWait (a manager just started). So admitting a TrainJob costs the API server
+// no read; validation that refuses one against the cache's copy asks the API server's before it
+// refuses (trainJobWebhook.validate). What else admission reads, a snapshot's ConfigMap or a
+// TrainJob being scaled, it reads from the API server (reader): the cache holds no ConfigMap, and
+// a scale must see the TrainJob as it is. The cache's runtimes are shared: nothing here changes
+// one (pipeline.Build copies what it builds from).
 type runtimes struct {
 	cache, reader client.Reader
 }
 
+// cacheWait is how long a read of the cache may wait for it to sync.
+const cacheWait = 200 * time.Millisecond
+
 func (r runtimes) forTrainJob(ctx context.Context, tj *trainer.TrainJob) (*trainingruntime.Runtime, error) {
-	rt, err := trainingruntime.ForTrainJob(ctx, r.cache, tj)
-	if errors.Is(err, trainingruntime.ErrNotFound) {
-		rt, err = trainingruntime.ForTrainJob(ctx, r.reader, tj)
+	cached, cancel := context.WithTimeout(ctx, cacheWait)
+	defer cancel()
+	if rt, err := trainingruntime.ForTrainJob(cached, r.cache, tj); err == nil {
+		return rt, nil
 	}
-	return rt, err
+	return r.live(ctx, tj)
+}
+
+// live finds the TrainJob's runtime in the API server.
+func (r runtimes) live(ctx context.Context, tj *trainer.TrainJob) (*trainingruntime.Runtime, error) {
+	return trainingruntime.ForTrainJob(ctx, r.reader, tj)
 }
 
 // trainJobDefaulter defaults a new elastic TrainJob's size, and stamps the times of its runtime
@@ -291,8 +304,20 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 	if !tj.ManagedByOperator() {
 		return nil, nil // Another controller runs it, against a runtime there.
 	}
+	warnings, err := w.validateAgainst(ctx, tj, w.runtimes.forTrainJob)
+	if err != nil && !trainingruntime.SnapshotRecorded(tj) {
+		// The cache may hold a runtime as it was a moment before its change: what the runtime
+		// in the API server builds is admitted.
+		warnings, err = w.validateAgainst(ctx, tj, w.runtimes.live)
+	}
+	return warnings, err
+}
+
+// validateAgainst checks that the TrainJob builds from its runtime as find finds it.
+func (w *trainJobWebhook) validateAgainst(ctx context.Context, tj *trainer.TrainJob,
+	find func(context.Context, *trainer.TrainJob) (*trainingruntime.Runtime, error)) (admission.Warnings, error) {
 	warnings := kueueWarnings(tj)
-	rt, err := w.runtimes.forTrainJob(ctx, tj)
+	rt, err := find(ctx, tj)
 	if err == nil {
 		rt, err = rt.Load(ctx, w.runtimes.reader, tj)
 	}

@@ -381,11 +381,13 @@ func admit(ctx context.Context, b *testing.B, bd *bed, m *manager, w workload, w
 		return nil, nil, err
 	}
 	addr := net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))
-	for !testenv.ServesTLS(addr) {
+	for deadline := time.Now().Add(5 * time.Minute); !testenv.ServesTLS(addr); time.Sleep(50 * time.Millisecond) {
 		if err := m.program.Exited(); err != nil {
 			return nil, nil, err
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return nil, nil, fmt.Errorf("the manager did not serve its webhooks at %s within 5 minutes; see %s", addr, m.program.Log())
+		}
 	}
 	if err := hooks.Install(bd.cluster.Env.Config); err != nil {
 		return nil, nil, err

@@ -28,6 +28,8 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/trainjob/operator/internal/controller"
 )
 
 var (
@@ -73,6 +75,12 @@ func TestMain(m *testing.M) {
 // a fresh API server, -repeat times in turn. It runs once whatever -benchtime says: a run is
 // already thousands of TrainJobs.
 func BenchmarkOperator(b *testing.B) {
+	if _, ok := controller.SoftMemoryLimit(*memoryLimit); *memoryLimit != "" && !ok {
+		b.Fatalf("-memory-limit %q: give the limit in bytes, as MEMORY_LIMIT takes it", *memoryLimit)
+	}
+	if *existing == 0 && (*memoryLimit != "" || *watchedFloor) {
+		b.Fatal("-memory-limit and -watched-floor apply at size: give -existing")
+	}
 	names := strings.Split(*workloadList, ",")
 	for _, name := range names {
 		if _, ok := workloads[name]; !ok {
