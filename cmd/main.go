@@ -215,6 +215,7 @@ func main() {
 	}
 	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")
 	exitOn(mgr.AddReadyzCheck("readyz", ready), "Unable to set up ready check")
+	exitOn(mgr.AddReadyzCheck("caches", controller.CachesSynced(ctx, mgr.GetCache())), "Unable to set up ready check")
 
 	setupLog.Info("Starting manager", "webhooks", enableWebhooks)
 	exitOn(mgr.Start(ctx), "Manager stopped with an error")

@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -8,6 +11,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 )
 
 // startupBackoff is how long the manager, while it starts, keeps asking an API server that fails
@@ -37,4 +42,26 @@ func SoftMemoryLimit(containerLimit string) (limit int64, ok bool) {
 		return 0, false
 	}
 	return n / 10 * 9, true
+}
+
+// CachesSynced is a readiness check that passes once the manager's caches have listed what they
+// hold, and from then on. A replica that is not ready is not sent webhook calls by its Service,
+// and a rollout does not stop the replica it replaces: with tens of thousands of TrainJobs the
+// caches take seconds to fill, and until then admission would read each runtime from the API
+// server. ctx ends the wait with the manager.
+func CachesSynced(ctx context.Context, c cache.Cache) healthz.Checker {
+	synced := make(chan struct{})
+	go func() {
+		if c.WaitForCacheSync(ctx) {
+			close(synced)
+		}
+	}()
+	return func(*http.Request) error {
+		select {
+		case <-synced:
+			return nil
+		default:
+			return errors.New("the caches have not synced yet")
+		}
+	}
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,4 +90,31 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A replica is ready (controller.CachesSynced, one of the manager's readyz checks) only once its
+// cache has listed what it holds: not while it has not started, and from its sync on.
+func TestReadinessWaitsForTheCaches(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	cfg := cluster.Env.Config
+	opts, err := controller.CacheOptions(cfg, testenv.Scheme)
+	require.NoError(t, err)
+	opts.Scheme = testenv.Scheme
+	opts.HTTPClient, err = rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	opts.Mapper, err = apiutil.NewDynamicRESTMapper(cfg, opts.HTTPClient)
+	require.NoError(t, err)
+	c, err := controller.NewCache(cfg, opts)
+	require.NoError(t, err)
+	_, err = c.GetInformer(ctx, &jobsetv1alpha2.JobSet{})
+	require.NoError(t, err)
+
+	ready := controller.CachesSynced(ctx, c)
+	time.Sleep(300 * time.Millisecond) // Longer than the check's own polling of the informers.
+	require.ErrorContains(t, ready(nil), "caches have not synced", "ready before the cache started")
+
+	go func() { _ = c.Start(ctx) }()
+	require.True(t, c.WaitForCacheSync(ctx))
+	assert.Eventually(t, func() bool { return ready(nil) == nil }, timeout, interval, "not ready once the cache synced")
 }
