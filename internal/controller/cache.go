@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"unique"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -105,8 +106,9 @@ func keepPodGroupSummary(obj any) (any, error) {
 }
 
 // keepTrainJob keeps all of a TrainJob but its managed fields and the copy of it that `kubectl
-// apply` keeps in an annotation, and shares its common strings; of a finished one, not what only
-// builds its children (forgetBuild). The controllers write a TrainJob's status only, and the API
+// apply` keeps in an annotation, and shares its common strings; of a finished one, and of a
+// suspended one whose JobSet is built from its spec, not what only builds its children
+// (framework.ForgetBuild, framework.Summarize). The controllers write a TrainJob's status only, and the API
 // server takes nothing but the status from such a write.
 func keepTrainJob(obj any) (any, error) {
 	if tj, ok := obj.(*trainer.TrainJob); ok {
@@ -121,23 +123,38 @@ func keepTrainJob(obj any) (any, error) {
 		if snap := tj.Status.RuntimeSnapshot; snap != nil {
 			snap.Digest = intern(snap.Digest) // One per version of a runtime.
 		}
-		if tj.Finished() {
-			forgetBuild(&tj.Spec)
+		framework.Unsummarized(tj)
+		switch {
+		case tj.Finished():
+			// Final: never built again.
+			framework.ForgetBuild(&tj.Spec)
+		case ptr.Deref(tj.Spec.Suspend, false) && jobSetMade(tj) && observedGeneration(tj) == tj.Generation:
+			// Suspended, its JobSet built from this very spec: built again only once it changes
+			// (a new generation, whole), or in the rare case that its JobSet or PodGroup is gone
+			// or not as built, from the whole TrainJob read then (framework.Whole). A cluster's
+			// queued TrainJobs (Kueue's) are held so.
+			framework.Summarize(tj)
 		}
 	}
 	return shareMetadata(obj)
 }
 
-// forgetBuild drops from a finished TrainJob's spec what only builds its children: its trainer
-// but its size, its initializer, overrides, patches, and the labels and annotations of its pods.
-// A finished TrainJob is final: it is never built again, and these can be most of its size (the
-// SDK puts a training function's whole source in spec.trainer.args). What is still read of it
-// stays: its runtime, managedBy, suspend, deadlines and TTL.
-func forgetBuild(spec *trainer.TrainJobSpec) {
-	if t := spec.Trainer; t != nil {
-		spec.Trainer = &trainer.Trainer{NumNodes: t.NumNodes}
+// readWhole gives a TrainJob that the cache keeps summarized (framework.Summarize) its whole
+// spec, read from the API server, before it is built. whole is false when the API server has a
+// newer generation, whose event queues the TrainJob again, or none.
+func readWhole(ctx context.Context, reader client.Reader, tj *trainer.TrainJob) (whole bool, _ error) {
+	if !framework.Summarized(tj) {
+		return true, nil
 	}
-	spec.Initializer, spec.PodSpecOverrides, spec.RuntimePatches, spec.Labels, spec.Annotations = nil, nil, nil, nil, nil
+	live := &trainer.TrainJob{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(tj), live); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if live.Generation != tj.Generation {
+		return false, nil
+	}
+	framework.Whole(tj, live)
+	return true, nil
 }
 
 // shareMetadata drops an object's managed fields and makes it share, with every other cached

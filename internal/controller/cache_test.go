@@ -19,8 +19,22 @@ import (
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
+
+// summaryKey is the annotation a summary (framework.Summarize) holds its hashes in: the one the
+// cache added.
+func summaryKey(t *testing.T, summary *trainer.TrainJob) string {
+	t.Helper()
+	for k := range summary.Annotations {
+		if strings.HasSuffix(k, "/cached-summary") {
+			return k
+		}
+	}
+	t.Fatal("no summary annotation")
+	return ""
+}
 
 // testdataObjects returns a function that decodes a file of testdata anew at each call, as a
 // watch decodes what the API server sends.
@@ -76,6 +90,42 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 		tj.Spec.Trainer = nil
 		finished = transformed(t, keepTrainJob, tj.DeepCopy()).(*trainer.TrainJob)
 		assert.Nil(t, finished.Spec.Trainer, "no trainer stays none")
+	})
+	t.Run("suspended TrainJob built from its spec: a summary with its spec's hashes", func(t *testing.T) {
+		tj := testdataObjects(t, "testdata/cached-trainjob.json")().(*trainer.TrainJob)
+		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2), Image: ptr.To("pytorch"), Args: []string{"-c", "def train(): ..."}}
+		tj.Spec.Suspend = ptr.To(true)
+		require.True(t, jobSetMade(tj))
+		elastic := &trainer.MLPolicy{MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MaxNodes: ptr.To[int32](4)}}}}
+		want := tj.Spec.DeepCopy()
+		want.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2)}
+		summary := transformed(t, keepTrainJob, tj.DeepCopy()).(*trainer.TrainJob)
+		assert.Empty(t, cmp.Diff(*want, summary.Spec))
+		assert.True(t, framework.Summarized(summary))
+		for _, p := range []*trainer.MLPolicy{nil, elastic} {
+			assert.Equal(t, framework.SpecHash(tj, p), framework.SpecHash(summary, p), "the hash of the spec it had")
+		}
+		again := transformed(t, keepTrainJob, summary.DeepCopy()).(*trainer.TrainJob)
+		assert.Equal(t, summary, again, "summarizing a summary changes nothing (the cache may transform an object twice)")
+
+		changed := tj.DeepCopy()
+		changed.Generation++ // Changed while suspended, not built again yet: built from the cache.
+		assert.Empty(t, cmp.Diff(changed.Spec, transformed(t, keepTrainJob, changed.DeepCopy()).(*trainer.TrainJob).Spec))
+		resumed := tj.DeepCopy()
+		resumed.Spec.Suspend = ptr.To(false)
+		assert.Empty(t, cmp.Diff(resumed.Spec, transformed(t, keepTrainJob, resumed.DeepCopy()).(*trainer.TrainJob).Spec))
+		notBuilt := tj.DeepCopy()
+		notBuilt.Status = trainer.TrainJobStatus{}
+		assert.Empty(t, cmp.Diff(notBuilt.Spec, transformed(t, keepTrainJob, notBuilt.DeepCopy()).(*trainer.TrainJob).Spec))
+
+		forged := tj.DeepCopy()
+		forged.Annotations = map[string]string{summaryKey(t, summary): "0123 a b"}
+		resumedForged := forged.DeepCopy()
+		resumedForged.Spec.Suspend = ptr.To(false)
+		kept := transformed(t, keepTrainJob, resumedForged).(*trainer.TrainJob)
+		assert.False(t, framework.Summarized(kept), "a user's annotation of the name is not a summary")
+		assert.NotContains(t, kept.Annotations, summaryKey(t, summary), "and is dropped from the cache")
+		assert.Equal(t, framework.SpecHash(tj, nil), framework.SpecHash(kept, nil))
 	})
 	t.Run("JobSet: metadata but managed fields and labels, spec.suspend, status", func(t *testing.T) {
 		js := testdataObjects(t, "testdata/cached-jobset.json")().(*jobsetv1alpha2.JobSet)

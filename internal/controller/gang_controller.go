@@ -149,6 +149,9 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
+	if whole, err := readWhole(ctx, r.apiReader, tj); err != nil || !whole {
+		return ctrl.Result{}, err
+	}
 	children, err := pipeline.Build(tj, rt, framework.Select(r.frameworks, rt.Spec.MLPolicy))
 	if err != nil {
 		// The framework controller builds the JobSet only once the PodGroup is there; this

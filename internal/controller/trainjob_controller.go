@@ -277,6 +277,9 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				"The TrainJob changed while suspended, but its runtime is gone: restore the runtime, or undo the change")
 			return ctrl.Result{}, nil
 		}
+		if whole, err := readWhole(ctx, r.apiReader, tj); err != nil || !whole {
+			return ctrl.Result{}, err
+		}
 		// The TrainJob is built from its runtime as it was when its JobSet was first made: a copy
 		// is kept before the JobSet is written, which records its digest, and the status write
 		// that says the JobSet is made records it. Until a JobSet is made from it, the copy

@@ -239,8 +239,17 @@ func Built(child metav1.Object, tj *trainer.TrainJob, p *trainer.MLPolicy) bool 
 // (BuiltFrom), under a runtime of ML policy p: the runtime's, not the TrainJob's status, says
 // whether it is elastic, so that the JobSet's and the PodGroup's hashes agree whenever either is
 // built, before or after the runtime's snapshot is recorded.
+// A cache's summary of the TrainJob (Summarize) has it recorded.
 func SpecHash(tj *trainer.TrainJob, p *trainer.MLPolicy) string {
-	data, _ := json.Marshal(BuiltFrom(&tj.Spec, ElasticPolicy(p) != nil)) // A spec always encodes: it was decoded from JSON.
+	elastic := ElasticPolicy(p) != nil
+	if hash, ok := summaryHash(tj, elastic); ok {
+		return hash
+	}
+	return specHash(&tj.Spec, elastic)
+}
+
+func specHash(spec *trainer.TrainJobSpec, elastic bool) string {
+	data, _ := json.Marshal(BuiltFrom(spec, elastic)) // A spec always encodes: it was decoded from JSON.
 	sum := fnv.New64a()
 	_, _ = sum.Write(data)
 	return strconv.FormatUint(sum.Sum64(), 36)

@@ -449,3 +449,36 @@ func TestAnElasticGangStarts(t *testing.T) {
 	require.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), pg))
 	assert.Equal(t, int32(1), pg.Spec.MinMember, "an elastic gang is sized for minNodes")
 }
+
+// A suspended gang's TrainJob, cached as a summary once its JobSet is built from its spec
+// (framework.Summarize), has a PodGroup someone deleted put back as built from the whole
+// TrainJob: with the resources its trainer asks for, not the runtime's.
+func TestASuspendedGangsPodGroupIsBuiltAgainWhole(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
+	tj := utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Suspend(true).
+		Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	sixCPUs := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("6")}
+	pg := &schedulerpluginsv1alpha1.PodGroup{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		if assert.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), pg)) {
+			assert.True(c, sixCPUs.Cpu().Equal(*pg.Spec.MinResources.Cpu()), "built from the trainer's resources: %v", pg.Spec.MinResources)
+		}
+	}, timeout, interval)
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(true), js.Spec.Suspend) })
+	waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+		assert.Equal(c, got.Generation, got.Status.ObservedGeneration)
+	})
+
+	require.NoError(t, k8sClient.Delete(ctx, pg))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		again := &schedulerpluginsv1alpha1.PodGroup{}
+		if assert.NoError(c, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), again)) {
+			assert.NotEqual(c, pg.UID, again.UID, "the deleted PodGroup")
+			assert.True(c, sixCPUs.Cpu().Equal(*again.Spec.MinResources.Cpu()), "built from the whole TrainJob: %v", again.Spec.MinResources)
+		}
+	}, timeout, interval, "the deleted PodGroup was not put back as built")
+}

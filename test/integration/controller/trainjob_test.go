@@ -739,3 +739,47 @@ func TestADeadlineHoldsWhileAForeignJobSetIsInTheWay(t *testing.T) {
 	assert.Equal(t, squatter.Generation, after.Generation, "the JobSet that is not the TrainJob's was changed")
 	assert.Equal(t, squatter.Spec.Suspend, after.Spec.Suspend)
 }
+
+// A suspended TrainJob whose JobSet is built from its spec is cached without what builds it
+// (framework.Summarize: a cluster's queued TrainJobs are many, and the SDK's carry their training
+// function). When its JobSet must be made again while it stays suspended (someone deleted it),
+// it is built from the whole TrainJob, read from the API server; resumed, from its new spec.
+func TestASuspendedTrainJobIsBuiltAgainWhole(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	args := []string{"-c", "def train(): print('the training function')\ntrain()"}
+	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).
+		Trainer(&trainer.Trainer{Image: ptr.To("python:3.12"), Command: []string{"python"}, Args: args}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	containerArgs := func(js *jobsetv1alpha2.JobSet) (all [][]string) {
+		for _, rj := range js.Spec.ReplicatedJobs {
+			for _, c := range rj.Template.Spec.Template.Spec.Containers {
+				all = append(all, c.Args)
+			}
+		}
+		return all
+	}
+	first := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Contains(c, containerArgs(js), args)
+	})
+	// Built from this generation: the cache now keeps the TrainJob's summary.
+	waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+		assert.Equal(c, got.Generation, got.Status.ObservedGeneration)
+	})
+
+	require.NoError(t, k8sClient.Delete(ctx, first))
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.NotEqual(c, first.UID, js.UID, "made again")
+		assert.Contains(c, containerArgs(js), args, "from the whole TrainJob")
+		assert.Equal(c, ptr.To(true), js.Spec.Suspend)
+	})
+	waitForTrainJob(t, tj, func(c *assert.CollectT, got *trainer.TrainJob) {
+		assert.Equal(c, got.Generation, got.Status.ObservedGeneration)
+	})
+
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, ptr.To(false), js.Spec.Suspend)
+		assert.Contains(c, containerArgs(js), args)
+	})
+}
