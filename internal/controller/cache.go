@@ -35,7 +35,8 @@ func podGroupKinds() []client.Object {
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows
 // little with each TrainJob: no object's managed fields; of a JobSet, its metadata but labels,
 // spec.suspend and status, not its Jobs' templates; of a TrainJob, not kubectl's copy of it in an
-// annotation; of a PodGroup, not its labels nor its minimum resources; strings that many objects
+// annotation, and, once it is finished or while it stays suspended as built, not what only
+// builds its children; of a PodGroup, not its labels nor its minimum resources; strings that many objects
 // repeat, held once; of PodGroups and Jobs, kinds that may exist in large numbers in a cluster,
 // only those the operator created, by their trainer.kubeflow.org/trainjob-name label (and so of
 // HorizontalPodAutoscalers), and of Jobs
@@ -141,7 +142,7 @@ func keepTrainJob(obj any) (any, error) {
 
 // readWhole gives a TrainJob that the cache keeps summarized (framework.Summarize) its whole
 // spec, read from the API server, before it is built. whole is false when the API server has a
-// newer generation, whose event queues the TrainJob again, or none.
+// newer generation or another TrainJob of the name, whose event queues it again, or none.
 func readWhole(ctx context.Context, reader client.Reader, tj *trainer.TrainJob) (whole bool, _ error) {
 	if !framework.Summarized(tj) {
 		return true, nil
@@ -150,11 +151,7 @@ func readWhole(ctx context.Context, reader client.Reader, tj *trainer.TrainJob) 
 	if err := reader.Get(ctx, client.ObjectKeyFromObject(tj), live); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	if live.Generation != tj.Generation {
-		return false, nil
-	}
-	framework.Whole(tj, live)
-	return true, nil
+	return framework.Whole(tj, live), nil
 }
 
 // shareMetadata drops an object's managed fields and makes it share, with every other cached

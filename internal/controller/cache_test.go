@@ -93,7 +93,8 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 	})
 	t.Run("suspended TrainJob built from its spec: a summary with its spec's hashes", func(t *testing.T) {
 		tj := testdataObjects(t, "testdata/cached-trainjob.json")().(*trainer.TrainJob)
-		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2), Image: ptr.To("pytorch"), Args: []string{"-c", "def train(): ..."}}
+		script := strings.Repeat("print('the training function')\n", 40)
+		tj.Spec.Trainer = &trainer.Trainer{NumNodes: ptr.To[int32](2), Image: ptr.To("pytorch"), Args: []string{"-c", script}}
 		tj.Spec.Suspend = ptr.To(true)
 		require.True(t, jobSetMade(tj))
 		elastic := &trainer.MLPolicy{MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MaxNodes: ptr.To[int32](4)}}}}
@@ -105,9 +106,21 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 		for _, p := range []*trainer.MLPolicy{nil, elastic} {
 			assert.Equal(t, framework.SpecHash(tj, p), framework.SpecHash(summary, p), "the hash of the spec it had")
 		}
+		assert.NotEqual(t, framework.SpecHash(tj, nil), framework.SpecHash(tj, elastic))
 		again := transformed(t, keepTrainJob, summary.DeepCopy()).(*trainer.TrainJob)
 		assert.Equal(t, summary, again, "summarizing a summary changes nothing (the cache may transform an object twice)")
 
+		whole := summary.DeepCopy()
+		assert.False(t, framework.Whole(whole, &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{UID: "another", Generation: tj.Generation}, Spec: tj.Spec}),
+			"another TrainJob of the name")
+		assert.True(t, framework.Whole(whole, tj.DeepCopy()))
+		assert.Empty(t, cmp.Diff(tj.Spec, whole.Spec))
+		assert.False(t, framework.Summarized(whole))
+
+		small := tj.DeepCopy()
+		small.Spec.Trainer.Args = []string{"-c", "train()"}
+		assert.Empty(t, cmp.Diff(small.Spec, transformed(t, keepTrainJob, small.DeepCopy()).(*trainer.TrainJob).Spec),
+			"a summary costs more than the little it would drop")
 		changed := tj.DeepCopy()
 		changed.Generation++ // Changed while suspended, not built again yet: built from the cache.
 		assert.Empty(t, cmp.Diff(changed.Spec, transformed(t, keepTrainJob, changed.DeepCopy()).(*trainer.TrainJob).Spec))
@@ -118,14 +131,18 @@ func TestCacheKeepsWhatTheControllersRead(t *testing.T) {
 		notBuilt.Status = trainer.TrainJobStatus{}
 		assert.Empty(t, cmp.Diff(notBuilt.Spec, transformed(t, keepTrainJob, notBuilt.DeepCopy()).(*trainer.TrainJob).Spec))
 
-		forged := tj.DeepCopy()
-		forged.Annotations = map[string]string{summaryKey(t, summary): "0123 a b"}
-		resumedForged := forged.DeepCopy()
-		resumedForged.Spec.Suspend = ptr.To(false)
-		kept := transformed(t, keepTrainJob, resumedForged).(*trainer.TrainJob)
-		assert.False(t, framework.Summarized(kept), "a user's annotation of the name is not a summary")
-		assert.NotContains(t, kept.Annotations, summaryKey(t, summary), "and is dropped from the cache")
-		assert.Equal(t, framework.SpecHash(tj, nil), framework.SpecHash(kept, nil))
+		// A user who writes the annotation, even with a value the cache made (it may be seen in a
+		// status write's body), writes another resourceVersion: it is not a summary.
+		key := summaryKey(t, summary)
+		for _, value := range []string{"0123 1 a b", summary.Annotations[key]} {
+			forged := resumed.DeepCopy()
+			forged.ResourceVersion += "1"
+			forged.Annotations = map[string]string{key: value}
+			kept := transformed(t, keepTrainJob, forged).(*trainer.TrainJob)
+			assert.False(t, framework.Summarized(kept), "a user's annotation of the name is not a summary")
+			assert.NotContains(t, kept.Annotations, key, "and is dropped from the cache")
+			assert.Equal(t, framework.SpecHash(tj, nil), framework.SpecHash(kept, nil))
+		}
 	})
 	t.Run("JobSet: metadata but managed fields and labels, spec.suspend, status", func(t *testing.T) {
 		js := testdataObjects(t, "testdata/cached-jobset.json")().(*jobsetv1alpha2.JobSet)

@@ -245,14 +245,16 @@ func SpecHash(tj *trainer.TrainJob, p *trainer.MLPolicy) string {
 	if hash, ok := summaryHash(tj, elastic); ok {
 		return hash
 	}
-	return specHash(&tj.Spec, elastic)
+	hash, _ := hashOf(&tj.Spec, elastic)
+	return hash
 }
 
-func specHash(spec *trainer.TrainJobSpec, elastic bool) string {
+// hashOf is SpecHash of a spec, and the size of what it hashed.
+func hashOf(spec *trainer.TrainJobSpec, elastic bool) (hash string, size int) {
 	data, _ := json.Marshal(BuiltFrom(spec, elastic)) // A spec always encodes: it was decoded from JSON.
 	sum := fnv.New64a()
 	_, _ = sum.Write(data)
-	return strconv.FormatUint(sum.Sum64(), 36)
+	return strconv.FormatUint(sum.Sum64(), 36), len(data)
 }
 
 // NumNodes is the number of nodes a TrainJob runs on under a runtime of ML policy p: its

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -458,7 +459,7 @@ func TestASuspendedGangsPodGroupIsBuiltAgainWhole(t *testing.T) {
 	ns := newNamespace(t)
 	gangRuntime(t, ns, trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}})
 	tj := utiltesting.MakeTrainJob("gang", ns).RuntimeRef(trainer.TrainingRuntimeKind, "gang").Suspend(true).
-		Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{
+		Trainer(&trainer.Trainer{Args: []string{strings.Repeat("# the training function\n", 60)}, ResourcesPerNode: &corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
 	sixCPUs := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("6")}

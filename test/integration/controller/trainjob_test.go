@@ -747,7 +747,8 @@ func TestADeadlineHoldsWhileAForeignJobSetIsInTheWay(t *testing.T) {
 func TestASuspendedTrainJobIsBuiltAgainWhole(t *testing.T) {
 	ctx := context.Background()
 	ns, runtime := setup(t)
-	args := []string{"-c", "def train(): print('the training function')\ntrain()"}
+	// As the SDK's: a training function's whole source, more than a summary costs.
+	args := []string{"-c", "def train():\n" + strings.Repeat("    print('the training function')\n", 40) + "train()"}
 	tj := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Suspend(true).
 		Trainer(&trainer.Trainer{Image: ptr.To("python:3.12"), Command: []string{"python"}, Args: args}).Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
