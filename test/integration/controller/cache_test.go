@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -27,13 +28,7 @@ func TestTheCacheWatchesWithItsSelector(t *testing.T) {
 	defer stop()
 	ns := newNamespace(t)
 	cfg := cluster.Env.Config
-	opts, err := controller.CacheOptions(cfg, testenv.Scheme)
-	require.NoError(t, err)
-	opts.Scheme = testenv.Scheme
-	opts.HTTPClient, err = rest.HTTPClientFor(cfg)
-	require.NoError(t, err)
-	opts.Mapper, err = apiutil.NewDynamicRESTMapper(cfg, opts.HTTPClient)
-	require.NoError(t, err)
+	opts := managerCacheOptions(t)
 	team := labels.SelectorFromSet(labels.Set{"team": "vision"})
 	for obj, by := range opts.ByObject {
 		if _, ok := obj.(*jobsetv1alpha2.JobSet); ok {
@@ -84,6 +79,20 @@ func TestTheCacheWatchesWithItsSelector(t *testing.T) {
 	}, timeout, interval)
 }
 
+// managerCacheOptions are the manager's cache options, as its NewCache takes them.
+func managerCacheOptions(t *testing.T) cache.Options {
+	t.Helper()
+	cfg := cluster.Env.Config
+	opts, err := controller.CacheOptions(cfg, testenv.Scheme)
+	require.NoError(t, err)
+	opts.Scheme = testenv.Scheme
+	opts.HTTPClient, err = rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	opts.Mapper, err = apiutil.NewDynamicRESTMapper(cfg, opts.HTTPClient)
+	require.NoError(t, err)
+	return opts
+}
+
 func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -98,13 +107,7 @@ func TestReadinessWaitsForTheCaches(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	cfg := cluster.Env.Config
-	opts, err := controller.CacheOptions(cfg, testenv.Scheme)
-	require.NoError(t, err)
-	opts.Scheme = testenv.Scheme
-	opts.HTTPClient, err = rest.HTTPClientFor(cfg)
-	require.NoError(t, err)
-	opts.Mapper, err = apiutil.NewDynamicRESTMapper(cfg, opts.HTTPClient)
-	require.NoError(t, err)
+	opts := managerCacheOptions(t)
 	c, err := controller.NewCache(cfg, opts)
 	require.NoError(t, err)
 	_, err = c.GetInformer(ctx, &jobsetv1alpha2.JobSet{})
