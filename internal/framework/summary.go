@@ -47,12 +47,12 @@ func Summarize(tj *trainer.TrainJob) {
 	}
 	plain, size := hashOf(&tj.Spec, false)
 	elastic, _ := hashOf(&tj.Spec, true)
-	summary := tj.Spec.DeepCopy()
-	ForgetBuild(summary)
-	if _, left := hashOf(summary, false); size-left < summaryCost {
+	summary := tj.Spec // ForgetBuild replaces fields, and changes nothing they point to.
+	ForgetBuild(&summary)
+	if _, left := hashOf(&summary, false); size-left < summaryCost {
 		return
 	}
-	tj.Spec = *summary
+	tj.Spec = summary
 	if tj.Annotations == nil {
 		tj.Annotations = map[string]string{}
 	}
