@@ -74,7 +74,7 @@ test: test-monitoring test-integration test-e2e ## Run all the tests: the alerts
 TEST_FUZZTIME ?= 5000x
 
 .PHONY: test-integration
-test-integration: manifests generate fmt vet localcluster-assets helm ## Run the unit and integration (envtest) tests (hack/localcluster's starts a local cluster).
+test-integration: manifests generate fmt vet localcluster-assets helm realnode-deps ## Run the unit and integration (envtest) tests (hack/localcluster's starts a local cluster; the history's start PostgreSQL).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v /test/e2e) -count=1
 
 # The alerts and the dashboard (config/prometheus, config/grafana): monitoring-check decodes the

@@ -11,6 +11,7 @@ for part in /usr/bin/containerd:containerd /usr/bin/ctr:containerd /usr/sbin/run
 	/usr/sbin/debootstrap:debootstrap /usr/bin/chromium-headless-shell:chromium-headless-shell; do
 	[ -e "${part%%:*}" ] || missing="$missing ${part#*:}"
 done
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
 	echo "the real node needs Debian's packages$missing; install them as root: apt-get install$missing" >&2

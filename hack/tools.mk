@@ -113,7 +113,7 @@ realnode-assets: localcluster-assets realnode-essential ## Every program of the 
 .PHONY: kubelet kube-proxy coredns realnode-essential realnode-assets realnode-deps images
 
 ## The real node's programs from Debian's packages: containerd, runc, the CNI plugins.
-realnode-deps: ## Install containerd, runc, the CNI plugins and the console tests' headless Chromium from Debian's packages when missing (needs root).
+realnode-deps: ## Install containerd, runc, the CNI plugins, the console tests' headless Chromium and the history tests' PostgreSQL from Debian's packages when missing (needs root).
 	hack/realnode-deps.sh
 
 ## controller-gen, kustomize and helm: plain `go install pkg@version` (their go.mod

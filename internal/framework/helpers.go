@@ -99,10 +99,13 @@ func (b *Draft) SetNodes(n int32) {
 
 // GPUs is the number of GPUs a container has: the sum of its limits (else requests) of every
 // resource whose name ends in "gpu", such as nvidia.com/gpu or amd.com/gpu.
-func GPUs(c *corev1.Container) int64 {
-	resources := c.Resources.Limits
+func GPUs(c *corev1.Container) int64 { return GPUsOf(&c.Resources) }
+
+// GPUsOf is the number of GPUs of resources, counted as GPUs counts a container's.
+func GPUsOf(r *corev1.ResourceRequirements) int64 {
+	resources := r.Limits
 	if len(resources) == 0 {
-		resources = c.Resources.Requests
+		resources = r.Requests
 	}
 	var n int64
 	for name, q := range resources {

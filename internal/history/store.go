@@ -1,0 +1,527 @@
+package history
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	_ "modernc.org/sqlite" // registers "sqlite"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// MaxRecordBytes bounds a record as stored: a record whose JSON is larger loses its progress
+// series' older points until it fits.
+const MaxRecordBytes = 64 << 10
+
+// Store keeps records in a database: SQLite in a file, or PostgreSQL.
+type Store struct {
+	db       *sql.DB
+	postgres bool
+}
+
+// Open opens the database at location and brings its schema up to date: a PostgreSQL URL
+// (postgres:// or postgresql://), else a SQLite file, as a path or a sqlite: URL.
+func Open(ctx context.Context, location string) (*Store, error) {
+	s := &Store{}
+	var dialect goose.Dialect
+	var opts []goose.ProviderOption
+	switch {
+	case strings.HasPrefix(location, "postgres://"), strings.HasPrefix(location, "postgresql://"):
+		db, err := sql.Open("pgx", location)
+		if err != nil {
+			return nil, fmt.Errorf("opening PostgreSQL: %w", err)
+		}
+		s.db, s.postgres, dialect = db, true, goose.DialectPostgres
+		// Replicas that start together migrate one at a time.
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	default:
+		path := strings.TrimPrefix(strings.TrimPrefix(location, "sqlite://"), "sqlite:")
+		if path == "" {
+			return nil, errors.New("a history database needs a location: a file for SQLite, or a postgres:// URL")
+		}
+		// WAL lets readers read while the writer writes; foreign keys remove a run's labels
+		// with it; a writer waits for another's lock instead of failing.
+		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)"
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("opening SQLite %s: %w", path, err)
+		}
+		s.db, dialect = db, goose.DialectSQLite3
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	provider, err := goose.NewProvider(dialect, s.db, sub, append(opts, goose.WithDisableGlobalRegistry(true))...)
+	if err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("reading the history's migrations: %w", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("migrating the history database (%s): %w", redact(location), err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// redact is a database's location without its password, for errors and logs.
+func redact(location string) string {
+	if u, err := url.Parse(location); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return location
+}
+
+// Put writes records in one transaction, each replacing the stored record of its UID unless
+// the stored one is newer (observed later) or ended where the new one has not.
+func (s *Store) Put(ctx context.Context, records []*Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after a commit it does nothing
+	upsert, err := tx.PrepareContext(ctx, `
+INSERT INTO runs (uid, namespace, name, creator, runtime_kind, runtime_name, framework, queue, state, reason,
+    created_ms, ended_ms, running_since_ms, nodes, gpus_per_node, node_seconds, gpu_seconds, observed_ms, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+ON CONFLICT (uid) DO UPDATE SET
+    namespace = excluded.namespace, name = excluded.name, creator = excluded.creator,
+    runtime_kind = excluded.runtime_kind, runtime_name = excluded.runtime_name,
+    framework = excluded.framework, queue = excluded.queue, state = excluded.state,
+    reason = excluded.reason, created_ms = excluded.created_ms, ended_ms = excluded.ended_ms,
+    running_since_ms = excluded.running_since_ms, nodes = excluded.nodes,
+    gpus_per_node = excluded.gpus_per_node, node_seconds = excluded.node_seconds,
+    gpu_seconds = excluded.gpu_seconds, observed_ms = excluded.observed_ms, body = excluded.body
+WHERE runs.observed_ms <= excluded.observed_ms AND (runs.ended_ms IS NULL OR excluded.ended_ms IS NOT NULL)
+RETURNING uid`)
+	if err != nil {
+		return err
+	}
+	defer upsert.Close()
+	unlabel, err := tx.PrepareContext(ctx, `DELETE FROM run_labels WHERE uid = $1`)
+	if err != nil {
+		return err
+	}
+	defer unlabel.Close()
+	label, err := tx.PrepareContext(ctx, `INSERT INTO run_labels (uid, label_key, label_value) VALUES ($1, $2, $3)`)
+	if err != nil {
+		return err
+	}
+	defer label.Close()
+	for _, r := range records {
+		body, err := encode(r)
+		if err != nil {
+			return err
+		}
+		var uid string
+		err = upsert.QueryRowContext(ctx, r.UID, r.Namespace, r.Name, r.Creator, r.Runtime.Kind, r.Runtime.Name,
+			r.Framework, r.Queue, r.State, r.Reason, millis(&r.Created), millis(r.Ended()), millis(r.RunningSince),
+			r.Nodes, r.GPUsPerNode, r.NodeSeconds, r.GPUSeconds, r.Observed.UnixMilli(), body).Scan(&uid)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // the stored record is newer
+		}
+		if err != nil {
+			return fmt.Errorf("writing the record of %s/%s (%s): %w", r.Namespace, r.Name, r.UID, err)
+		}
+		if _, err := unlabel.ExecContext(ctx, r.UID); err != nil {
+			return err
+		}
+		for k, v := range r.Labels {
+			if _, err := label.ExecContext(ctx, r.UID, k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Commit()
+}
+
+// encode is a record's JSON, its progress halved until it fits MaxRecordBytes, keeping its
+// latest point. The rest of a record is bounded by itself (Observe's bounds).
+func encode(r *Record) (string, error) {
+	for {
+		body, err := json.Marshal(r)
+		if err != nil {
+			return "", err
+		}
+		if len(body) <= MaxRecordBytes || len(r.Progress) < 2 {
+			return string(body), nil
+		}
+		c := *r
+		c.Progress = nil
+		for i, p := range r.Progress {
+			if i%2 == 1 || i == len(r.Progress)-1 {
+				c.Progress = append(c.Progress, p)
+			}
+		}
+		r = &c
+	}
+}
+
+func millis(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	ms := t.UnixMilli()
+	return &ms
+}
+
+// ErrNotFound is returned for a run the history does not hold.
+var ErrNotFound = errors.New("no such run in the history")
+
+// Get is the record of the run with uid.
+func (s *Store) Get(ctx context.Context, uid string) (*Record, error) {
+	records, err := s.GetMany(ctx, []string{uid})
+	if err != nil {
+		return nil, err
+	}
+	if len(records) == 0 {
+		return nil, ErrNotFound
+	}
+	return records[0], nil
+}
+
+// GetMany is the records of the runs of uids that the history holds, in no order.
+func (s *Store) GetMany(ctx context.Context, uids []string) ([]*Record, error) {
+	if len(uids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(uids))
+	marks := make([]string, len(uids))
+	for i, uid := range uids {
+		args[i], marks[i] = uid, "$"+strconv.Itoa(i+1)
+	}
+	return s.query(ctx, `SELECT body FROM runs WHERE uid IN (`+strings.Join(marks, ", ")+`)`, args...)
+}
+
+func (s *Store) query(ctx context.Context, query string, args ...any) ([]*Record, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Record
+	for rows.Next() {
+		var body string
+		if err := rows.Scan(&body); err != nil {
+			return nil, err
+		}
+		r := &Record{}
+		if err := json.Unmarshal([]byte(body), r); err != nil {
+			return nil, fmt.Errorf("reading a stored record: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Query selects runs, newest first.
+type Query struct {
+	// Namespace is the runs' namespace; empty for every namespace.
+	Namespace string
+	// Name is the runs' TrainJob's name; empty for every name.
+	Name string
+	// States are the states the runs are in (Complete, Failed, Running, ...); empty for any.
+	States []string
+	// Runtime is the name of the runs' runtime; empty for any.
+	Runtime string
+	// Creator is the user who created the runs; empty for anyone.
+	Creator string
+	// Since keeps the runs created at or after it; zero for all.
+	Since time.Time
+	// Labels selects the runs by their TrainJobs' labels; nil for all.
+	Labels labels.Selector
+	// Limit is the most runs a page holds; at most MaxPage, which is also the default.
+	Limit int
+	// Continue is the Continue of the page before, for the next.
+	Continue string
+}
+
+// MaxPage is the most runs one page holds.
+const MaxPage = 500
+
+// Page is one page of runs.
+type Page struct {
+	Records []*Record
+	// Continue, when not empty, asks for the next page.
+	Continue string
+}
+
+// List is a page of the runs q selects.
+func (s *Store) List(ctx context.Context, q Query) (*Page, error) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if q.Namespace != "" {
+		where = append(where, "namespace = "+arg(q.Namespace))
+	}
+	if q.Name != "" {
+		where = append(where, "name = "+arg(q.Name))
+	}
+	if len(q.States) > 0 {
+		marks := make([]string, len(q.States))
+		for i, st := range q.States {
+			marks[i] = arg(st)
+		}
+		where = append(where, "state IN ("+strings.Join(marks, ", ")+")")
+	}
+	if q.Runtime != "" {
+		where = append(where, "runtime_name = "+arg(q.Runtime))
+	}
+	if q.Creator != "" {
+		where = append(where, "creator = "+arg(q.Creator))
+	}
+	if !q.Since.IsZero() {
+		where = append(where, "created_ms >= "+arg(q.Since.UnixMilli()))
+	}
+	if q.Labels != nil {
+		reqs, _ := q.Labels.Requirements()
+		for _, req := range reqs {
+			cond, err := labelCondition(req, arg)
+			if err != nil {
+				return nil, err
+			}
+			where = append(where, cond)
+		}
+	}
+	if q.Continue != "" {
+		created, uid, err := decodeContinue(q.Continue)
+		if err != nil {
+			return nil, err
+		}
+		where = append(where, "(created_ms < "+arg(created)+" OR (created_ms = "+arg(created)+" AND uid < "+arg(uid)+"))")
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > MaxPage {
+		limit = MaxPage
+	}
+	query := "SELECT body FROM runs"
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY created_ms DESC, uid DESC LIMIT " + arg(limit+1)
+	records, err := s.query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing runs: %w", err)
+	}
+	page := &Page{Records: records}
+	if len(records) > limit {
+		page.Records = records[:limit]
+		last := records[limit-1]
+		page.Continue = encodeContinue(last.Created.UnixMilli(), last.UID)
+	}
+	return page, nil
+}
+
+// labelCondition is the SQL condition of one requirement of a label selector.
+func labelCondition(req labels.Requirement, arg func(any) string) (string, error) {
+	has := func(values []string) string {
+		cond := "EXISTS (SELECT 1 FROM run_labels l WHERE l.uid = runs.uid AND l.label_key = " + arg(req.Key())
+		if values != nil {
+			marks := make([]string, len(values))
+			for i, v := range values {
+				marks[i] = arg(v)
+			}
+			cond += " AND l.label_value IN (" + strings.Join(marks, ", ") + ")"
+		}
+		return cond + ")"
+	}
+	values := req.ValuesUnsorted()
+	switch req.Operator() {
+	case selection.Equals, selection.DoubleEquals, selection.In:
+		return has(values), nil
+	case selection.NotEquals, selection.NotIn:
+		return "NOT " + has(values), nil
+	case selection.Exists:
+		return has(nil), nil
+	case selection.DoesNotExist:
+		return "NOT " + has(nil), nil
+	default:
+		return "", fmt.Errorf("label selector %q: the history selects labels by =, ==, !=, in, notin and existence only", req.String())
+	}
+}
+
+func encodeContinue(created int64, uid string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(created, 10) + "/" + uid))
+}
+
+// ErrBadContinue is returned for a continue token that List did not make.
+var ErrBadContinue = errors.New("the continue token is not one the history made")
+
+func decodeContinue(token string) (int64, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return 0, "", ErrBadContinue
+	}
+	created, uid, ok := strings.Cut(string(raw), "/")
+	ms, err := strconv.ParseInt(created, 10, 64)
+	if !ok || err != nil || uid == "" {
+		return 0, "", ErrBadContinue
+	}
+	return ms, uid, nil
+}
+
+// UsageQuery asks what runs used, by one of their columns.
+type UsageQuery struct {
+	// By is what runs are grouped by: "namespace", "creator" or "runtime".
+	By string
+	// Namespace keeps the runs of one namespace; empty for all.
+	Namespace string
+	// Since keeps the runs that had not ended by then.
+	Since time.Time
+	// Now is the end of running runs' use so far.
+	Now time.Time
+}
+
+// Usage is what the runs of one group used.
+type Usage struct {
+	Key         string
+	Runs        int64
+	Failed      int64
+	NodeSeconds float64
+	GPUSeconds  float64
+	// FailuresByReason counts the failed runs by the reason they failed.
+	FailuresByReason map[string]int64
+}
+
+var usageColumns = map[string]string{"namespace": "namespace", "creator": "creator", "runtime": "runtime_name"}
+
+// UsageBy is what the runs q selects used, by q.By, the most GPU-seconds first. A running
+// run's use counts up to q.Now; a run counts whole in any window it overlaps.
+func (s *Store) UsageBy(ctx context.Context, q UsageQuery) ([]Usage, error) {
+	column, ok := usageColumns[q.By]
+	if !ok {
+		return nil, fmt.Errorf("usage by %q: by namespace, creator or runtime", q.By)
+	}
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	now := arg(q.Now.UnixMilli())
+	where := "(ended_ms IS NULL OR ended_ms >= " + arg(q.Since.UnixMilli()) + ")"
+	if q.Namespace != "" {
+		where += " AND namespace = " + arg(q.Namespace)
+	}
+	// A running run's use so far: its running seconds before this period, and this period's.
+	running := "CASE WHEN running_since_ms IS NULL THEN 0 ELSE (" + now + " - running_since_ms) / 1000.0 END"
+	rows, err := s.db.QueryContext(ctx, `
+SELECT `+column+`, reason, state, COUNT(*),
+    SUM(node_seconds + `+running+` * nodes),
+    SUM(gpu_seconds + `+running+` * nodes * gpus_per_node)
+FROM runs WHERE `+where+`
+GROUP BY `+column+`, reason, state`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("summing use: %w", err)
+	}
+	defer rows.Close()
+	groups := map[string]*Usage{}
+	var order []string
+	for rows.Next() {
+		var key, reason, state string
+		var runs int64
+		var nodeSeconds, gpuSeconds float64
+		if err := rows.Scan(&key, &reason, &state, &runs, &nodeSeconds, &gpuSeconds); err != nil {
+			return nil, err
+		}
+		u := groups[key]
+		if u == nil {
+			u = &Usage{Key: key, FailuresByReason: map[string]int64{}}
+			groups[key] = u
+			order = append(order, key)
+		}
+		u.Runs += runs
+		u.NodeSeconds += nodeSeconds
+		u.GPUSeconds += gpuSeconds
+		if state == "Failed" {
+			u.Failed += runs
+			u.FailuresByReason[reason] += runs
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]Usage, 0, len(order))
+	for _, k := range order {
+		out = append(out, *groups[k])
+	}
+	slices.SortFunc(out, func(a, b Usage) int {
+		if c := cmp.Compare(b.GPUSeconds, a.GPUSeconds); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return out, nil
+}
+
+// Retention says which ended runs the history forgets.
+type Retention struct {
+	// MaxAge forgets the runs that ended longer ago; zero keeps them.
+	MaxAge time.Duration
+	// MaxRuns keeps that many of the runs that ended, the latest; zero keeps them all.
+	MaxRuns int
+}
+
+// Prune forgets the runs r says to, as of now, and returns how many.
+func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (int64, error) {
+	var forget []string
+	var args []any
+	if r.MaxAge > 0 {
+		args = append(args, now.Add(-r.MaxAge).UnixMilli())
+		forget = append(forget, "ended_ms < $1")
+	}
+	if r.MaxRuns > 0 {
+		// The first run past the count, in the order of their ends, and every run before it.
+		var ended int64
+		var uid string
+		err := s.db.QueryRowContext(ctx, `SELECT ended_ms, uid FROM runs WHERE ended_ms IS NOT NULL
+ORDER BY ended_ms DESC, uid DESC LIMIT 1 OFFSET `+strconv.Itoa(r.MaxRuns)).Scan(&ended, &uid)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return 0, fmt.Errorf("finding the oldest run to keep: %w", err)
+		default:
+			n := len(args)
+			args = append(args, ended, uid)
+			forget = append(forget, fmt.Sprintf("(ended_ms < $%d OR (ended_ms = $%d AND uid <= $%d))", n+1, n+1, n+2))
+		}
+	}
+	if len(forget) == 0 {
+		return 0, nil
+	}
+	res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE ended_ms IS NOT NULL AND (`+strings.Join(forget, " OR ")+`)`, args...)
+	if err != nil {
+		return 0, fmt.Errorf("forgetting old runs: %w", err)
+	}
+	return res.RowsAffected()
+}
