@@ -71,6 +71,7 @@ func main() {
 		clusterDomain                             string
 		progressURL                               string
 		progressOpts                              progress.Options
+		webhookOpts                               operatorwebhook.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address the metrics endpoint binds to, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
@@ -125,6 +126,8 @@ func main() {
 	flag.StringVar(&clusterDomain, "cluster-domain", torch.DefaultClusterDomain,
 		"The cluster's DNS domain (the kubelets' clusterDomain): the end of the pods' fully qualified names, on which an elastic torch TrainJob's first pod hosts its rendezvous.")
 	opts := zap.Options{}
+	flag.BoolVar(&webhookOpts.History, "history", false,
+		"Give each new TrainJob the history's finalizer, so that none is gone before the history has recorded how it ended. Set it where the history runs (config/history): without the history, such a TrainJob is never deleted.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -210,7 +213,7 @@ func main() {
 			certsReady, err = certs.Rotate(mgr, certOpts)
 			exitOn(err, "Unable to set up webhook certificates")
 		}
-		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(clusterDomain), certsReady,
+		ready = operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(clusterDomain), webhookOpts, certsReady,
 			func(mgr ctrl.Manager) error { return progress.Setup(mgr, progressOpts) })
 	}
 	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")

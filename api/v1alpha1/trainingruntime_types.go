@@ -36,6 +36,16 @@ const (
 	// regardless) and a policy other than Never: the pods of a restart prefer the nodes that are
 	// not in the TrainJob's status.avoidedNodes.
 	AvoidNodesLabel = "trainer.kubeflow.org/avoid-nodes"
+
+	// CreatorAnnotation on a TrainJob is the user who created it, as the API server
+	// authenticated them: the operator's webhook writes it at creation, keeps it through every
+	// update, and ignores any value a user gives. The history records it.
+	CreatorAnnotation = "trainer.kubeflow.org/creator"
+
+	// HistoryFinalizer on a TrainJob keeps it until the history has recorded how it ended: the
+	// operator's webhook adds it at creation when the history is installed (the manager's
+	// --history flag), and the history removes it once the record is written.
+	HistoryFinalizer = "trainer.kubeflow.org/history"
 )
 
 // Values of AncestorStepLabel.

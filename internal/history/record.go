@@ -32,14 +32,6 @@ const (
 	maxLabels = 64
 )
 
-// Creator is the annotation that holds the user who created a TrainJob, as the API server
-// authenticated them. The operator's webhook writes it at creation and refuses any other value;
-// a TrainJob admitted without the webhook has none, and its record an empty creator.
-const Creator = "trainer.kubeflow.org/creator"
-
-// QueueLabel is Kueue's label of the queue a TrainJob is submitted to.
-const QueueLabel = "kueue.x-k8s.io/queue-name"
-
 // Record is what is kept of one run of a TrainJob.
 type Record struct {
 	UID       string            `json:"uid"`
@@ -139,9 +131,9 @@ func Observe(prev *Record, tj *trainer.TrainJob, shape Shape, now time.Time) *Re
 	}
 	r.UID, r.Namespace, r.Name = string(tj.UID), tj.Namespace, tj.Name
 	r.Labels = boundLabels(tj.Labels)
-	r.Creator = tj.Annotations[Creator]
+	r.Creator = tj.Annotations[trainer.CreatorAnnotation] // A TrainJob admitted without the webhook has none.
 	r.Created = tj.CreationTimestamp.UTC()
-	r.Queue = tj.Labels[QueueLabel]
+	r.Queue = tj.Labels[trainer.KueueQueueLabel]
 	r.Runtime.Kind, r.Runtime.Name = runtimeRef(tj)
 	if s := tj.Status.RuntimeSnapshot; s != nil {
 		r.Runtime.Digest = s.Digest

@@ -20,8 +20,8 @@ func trainJob() *trainer.TrainJob {
 	return &trainer.TrainJob{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "bert", Namespace: "team-a", UID: "u1", CreationTimestamp: metav1.NewTime(t0),
-			Labels:      map[string]string{QueueLabel: "gpus", "team": "nlp"},
-			Annotations: map[string]string{Creator: "alice@example.com"},
+			Labels:      map[string]string{trainer.KueueQueueLabel: "gpus", "team": "nlp"},
+			Annotations: map[string]string{trainer.CreatorAnnotation: "alice@example.com"},
 		},
 		Spec: trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: "torch-distributed"}},
 	}
@@ -173,7 +173,7 @@ func TestObserve(t *testing.T) {
 	t.Run("the creator is the annotation the webhook wrote, and nothing else", func(t *testing.T) {
 		tj := trainJob()
 		tj.Labels["creator"] = "mallory"
-		delete(tj.Annotations, Creator)
+		delete(tj.Annotations, trainer.CreatorAnnotation)
 		require.Empty(t, Observe(nil, tj, shape, at(0)).Creator)
 	})
 }

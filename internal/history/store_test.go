@@ -57,7 +57,7 @@ var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 func run(uid, namespace, name string, created time.Time, state string) *Record {
 	r := &Record{
 		UID: uid, Namespace: namespace, Name: name, Creator: "alice",
-		Runtime: Runtime{Kind: "ClusterTrainingRuntime", Name: "torch-distributed", Digest: "sha256:ab"},
+		Runtime:   Runtime{Kind: "ClusterTrainingRuntime", Name: "torch-distributed", Digest: "sha256:ab"},
 		Framework: "torch", Image: "pytorch", Nodes: 2, GPUsPerNode: 4,
 		Created: created, State: state, Observed: created.Add(time.Minute),
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -34,14 +35,14 @@ import (
 // serve on the webhook server too (the progress endpoint): the webhook server starts with its
 // first webhook, and must have a certificate to serve by then. The returned check, for readyz,
 // passes once the webhooks serve.
-func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsReady <-chan struct{}, more ...func(ctrl.Manager) error) healthz.Checker {
+func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, opts Options, certsReady <-chan struct{}, more ...func(ctrl.Manager) error) healthz.Checker {
 	var (
 		registered = make(chan struct{})
 		setupErr   error
 	)
 	go func() {
 		<-certsReady
-		setupErr = Setup(mgr, frameworks)
+		setupErr = Setup(mgr, frameworks, opts)
 		for _, setup := range more {
 			if setupErr == nil {
 				setupErr = setup(mgr)
@@ -65,14 +66,22 @@ func SetupWhenReady(mgr ctrl.Manager, frameworks []framework.Framework, certsRea
 	}
 }
 
+// Options are what admission does beyond checking.
+type Options struct {
+	// History adds the history's finalizer to each new TrainJob, so that none is gone before
+	// the history has recorded how it ended. Only where the history runs: without it, a
+	// TrainJob with the finalizer is never deleted.
+	History bool
+}
+
 // Setup registers the webhooks of the three kinds with the manager's webhook server.
-func Setup(mgr ctrl.Manager, frameworks []framework.Framework) error {
+func Setup(mgr ctrl.Manager, frameworks []framework.Framework, opts Options) error {
 	setupJobWebhook(mgr)
 	rts := runtimes{cache: mgr.GetClient(), reader: mgr.GetAPIReader()}
 	trainJobs := &trainJobWebhook{runtimes: rts, frameworks: frameworks}
 	setupScaleWebhook(mgr, trainJobs)
 	if err := ctrl.NewWebhookManagedBy(mgr, &trainer.TrainJob{}).
-		WithDefaulter(trainJobDefaulter{runtimes: rts}).
+		WithDefaulter(trainJobDefaulter{runtimes: rts, history: opts.History}).
 		WithValidator(trainJobs).
 		Complete(); err != nil {
 		return err
@@ -118,10 +127,11 @@ func (r runtimes) live(ctx context.Context, tj *trainer.TrainJob) (*trainingrunt
 	return trainingruntime.ForTrainJob(ctx, r.reader, tj)
 }
 
-// trainJobDefaulter defaults a new elastic TrainJob's size, and stamps the times of its runtime
-// patches.
+// trainJobDefaulter defaults a new elastic TrainJob's size, stamps the times of its runtime
+// patches, and writes down who created it.
 type trainJobDefaulter struct {
 	runtimes runtimes
+	history  bool
 }
 
 // Default fills in what a TrainJob leaves out. The API server may call it twice for one request:
@@ -137,7 +147,48 @@ func (d trainJobDefaulter) Default(ctx context.Context, tj *trainer.TrainJob) er
 	}
 	d.defaultNodes(ctx, old, tj)
 	stampPatchTimes(old, tj)
+	stampCreator(req, old, tj)
+	if old == nil && d.history {
+		controllerutil.AddFinalizer(tj, trainer.HistoryFinalizer)
+	}
 	return nil
+}
+
+// stampCreator writes down who creates a new TrainJob, from the request the API server
+// authenticated, and keeps what a TrainJob had through its updates: a user's own value is
+// never kept. A request without a user (a direct call) leaves a new TrainJob without one.
+func stampCreator(req admission.Request, old, tj *trainer.TrainJob) {
+	creator, ok := req.UserInfo.Username, req.UserInfo.Username != ""
+	if old != nil {
+		creator, ok = old.Annotations[trainer.CreatorAnnotation]
+	}
+	if !ok {
+		delete(tj.Annotations, trainer.CreatorAnnotation)
+		return
+	}
+	if tj.Annotations == nil {
+		tj.Annotations = map[string]string{}
+	}
+	tj.Annotations[trainer.CreatorAnnotation] = creator
+}
+
+// checkCreator refuses a TrainJob whose creator is not the one stampCreator wrote: another
+// mutating webhook after ours changed it.
+func checkCreator(ctx context.Context, old, tj *trainer.TrainJob) error {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return nil // A direct call, not a request.
+	}
+	want, ok := req.UserInfo.Username, req.UserInfo.Username != ""
+	if old != nil {
+		want, ok = old.Annotations[trainer.CreatorAnnotation]
+	}
+	got, has := tj.Annotations[trainer.CreatorAnnotation]
+	if has == ok && got == want {
+		return nil
+	}
+	return invalid(trainer.TrainJobKind, tj.Name, field.Forbidden(field.NewPath("metadata", "annotations").Key(trainer.CreatorAnnotation),
+		"is the user who created the TrainJob, written by the operator at creation: it cannot be set or changed"))
 }
 
 // defaultNodes gives an elastic TrainJob without spec.trainer.numNodes one, so that its scale
@@ -211,6 +262,9 @@ type trainJobWebhook struct {
 // ValidateCreate checks that the TrainJob builds from its runtime. A runtime that does not exist
 // yet is only a warning: it may be on its way, applied together with the TrainJob.
 func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJob) (admission.Warnings, error) {
+	if err := checkCreator(ctx, nil, tj); err != nil {
+		return nil, err
+	}
 	return w.validate(ctx, tj)
 }
 
@@ -223,6 +277,9 @@ func (w *trainJobWebhook) ValidateCreate(ctx context.Context, tj *trainer.TrainJ
 // Kueue must always be able to suspend, even a TrainJob whose runtime has changed since it was
 // built, and a TTL or a progress deadline may change at any time, as a Job's TTL.
 func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.TrainJob) (admission.Warnings, error) {
+	if err := checkCreator(ctx, old, tj); err != nil {
+		return nil, err
+	}
 	resized := nodes(old) != nodes(tj)
 	// The operator writing down the size of a TrainJob that had none (it came before its runtime)
 	// changes nothing it runs.

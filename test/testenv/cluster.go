@@ -23,6 +23,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/progress"
+	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 )
 
 // Scheme knows every kind the operator works with.
@@ -42,6 +43,8 @@ type Cluster struct {
 	// Progress tunes the progress endpoint of the managers StartManager starts; a zero Interval
 	// is ProgressInterval.
 	Progress progress.Options
+	// Admission tunes the webhooks of the managers StartManager starts.
+	Admission operatorwebhook.Options
 	// metricsAddr is where the last manager StartManager started serves its metrics.
 	metricsAddr string
 	// Client reads from the API server, not a cache: tests see what is there.

@@ -84,7 +84,7 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		return nil, err
 	}
 	if c.settings.webhooks {
-		if err := operatorwebhook.Setup(mgr, controller.Frameworks("")); err != nil {
+		if err := operatorwebhook.Setup(mgr, controller.Frameworks(""), c.Admission); err != nil {
 			cancel()
 			return nil, err
 		}

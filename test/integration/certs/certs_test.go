@@ -115,7 +115,7 @@ func runManager(t *testing.T, cluster *testenv.Cluster, opts certs.Options) (int
 	require.NoError(t, err)
 	certsReady, err := certs.Rotate(mgr, opts)
 	require.NoError(t, err)
-	ready := operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(""), certsReady)
+	ready := operatorwebhook.SetupWhenReady(mgr, controller.Frameworks(""), operatorwebhook.Options{}, certsReady)
 	mgrCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()
