@@ -32,7 +32,9 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook \
-		paths="./..." output:crd:artifacts:config=config/crd/bases
+		paths="{./api/...,./internal/...}" output:crd:artifacts:config=config/crd/bases
+	@# The history is a program of its own, with a role of its own.
+	$(CONTROLLER_GEN) rbac:roleName=history-role paths=./cmd/history output:rbac:artifacts:config=config/history/rbac
 	@# volcano.sh/apis ships no CRDs: generate Volcano's PodGroup CRD for the tests and make run.
 	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir=test/testenv/crds
 	@$(MAKE) --no-print-directory chart-files

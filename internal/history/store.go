@@ -81,7 +81,7 @@ func Open(ctx context.Context, location string) (*Store, error) {
 	}
 	if _, err := provider.Up(ctx); err != nil {
 		s.db.Close()
-		return nil, fmt.Errorf("migrating the history database (%s): %w", redact(location), err)
+		return nil, fmt.Errorf("migrating the history database (%s): %w", Redact(location), err)
 	}
 	return s, nil
 }
@@ -89,8 +89,8 @@ func Open(ctx context.Context, location string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// redact is a database's location without its password, for errors and logs.
-func redact(location string) string {
+// Redact is a database's location without its password, for errors and logs.
+func Redact(location string) string {
 	if u, err := url.Parse(location); err == nil && u.User != nil {
 		return u.Redacted()
 	}

@@ -65,8 +65,8 @@ type Cluster struct {
 	nodes int
 	// kwokAddr is where KWOK serves the fake nodes' resource metrics, on loopback.
 	kwokAddr string
-	// operatorRBAC is set once config/default's RBAC is installed (OperatorConfig).
-	operatorRBAC bool
+	// installedRBAC holds the config/ folders whose RBAC is installed (installRBAC).
+	installedRBAC map[string]bool
 	// jobSetWebhookPort is where StartManager serves JobSet's webhooks beside a bare API server.
 	jobSetWebhookPort int
 }

@@ -23,37 +23,51 @@ const (
 	OperatorServiceAccount = "trainjob-controller-manager"
 )
 
-// operatorRBACKinds are the kinds of config/default's objects that say what the operator may do.
-var operatorRBACKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+// HistoryServiceAccount is the history's ServiceAccount (config/history) in OperatorNamespace.
+const HistoryServiceAccount = "trainjob-history"
 
-// operatorUser is who the API server takes the manager for: its ServiceAccount, with the groups
-// the API server gives every ServiceAccount's token.
-func operatorUser() rest.ImpersonationConfig {
+// rbacKinds are the kinds of an install's objects that say what its programs may do.
+var rbacKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+// serviceAccountUser is who the API server takes a program for that runs as a ServiceAccount of
+// OperatorNamespace, with the groups the API server gives every ServiceAccount's token.
+func serviceAccountUser(name string) rest.ImpersonationConfig {
 	return rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + OperatorNamespace + ":" + OperatorServiceAccount,
+		UserName: "system:serviceaccount:" + OperatorNamespace + ":" + name,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace, "system:authenticated"},
 	}
 }
 
+// operatorUser is who the API server takes the manager for: its ServiceAccount.
+func operatorUser() rest.ImpersonationConfig { return serviceAccountUser(OperatorServiceAccount) }
+
 // InstallOperatorRBAC applies, once, config/default's ServiceAccount and RBAC objects, and its
 // Namespace: what the installed operator may do, and nothing more.
 func (c *Cluster) InstallOperatorRBAC(ctx context.Context) error {
-	if c.operatorRBAC {
+	return c.installRBAC(ctx, "default")
+}
+
+// installRBAC applies, once, the ServiceAccounts, RBAC objects and Namespace of config/<dir>.
+func (c *Cluster) installRBAC(ctx context.Context, dir string) error {
+	if c.installedRBAC[dir] {
 		return nil
 	}
 	root, err := moduleDir("")
 	if err != nil {
 		return err
 	}
-	objs, err := Kustomize(filepath.Join(root, "config", "default"))
+	objs, err := Kustomize(filepath.Join(root, "config", dir))
 	if err != nil {
 		return err
 	}
-	objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool { return !slices.Contains(operatorRBACKinds, o.GetKind()) })
+	objs = slices.DeleteFunc(objs, func(o *unstructured.Unstructured) bool { return !slices.Contains(rbacKinds, o.GetKind()) })
 	if err := Apply(ctx, c.Client, "testenv", objs...); err != nil {
-		return fmt.Errorf("installing the operator's RBAC: %w", err)
+		return fmt.Errorf("installing config/%s's RBAC: %w", dir, err)
 	}
-	c.operatorRBAC = true
+	if c.installedRBAC == nil {
+		c.installedRBAC = map[string]bool{}
+	}
+	c.installedRBAC[dir] = true
 	return nil
 }
 
@@ -66,6 +80,20 @@ func (c *Cluster) OperatorConfig(ctx context.Context) (*rest.Config, error) {
 	}
 	cfg := rest.CopyConfig(c.Env.Config)
 	cfg.Impersonate = operatorUser()
+	return cfg, nil
+}
+
+// HistoryConfig is a client configuration that acts as the installed history, with the RBAC of
+// config/history's base (the operator's own is OperatorConfig's), installed by the first call.
+func (c *Cluster) HistoryConfig(ctx context.Context) (*rest.Config, error) {
+	if err := c.InstallOperatorRBAC(ctx); err != nil { // its Namespace
+		return nil, err
+	}
+	if err := c.installRBAC(ctx, "history/base"); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(c.Env.Config)
+	cfg.Impersonate = serviceAccountUser(HistoryServiceAccount)
 	return cfg, nil
 }
 

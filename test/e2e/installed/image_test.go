@@ -15,7 +15,7 @@ import (
 // TestTheImageIsTheDockerfiles checks that `make image`, which needs no Docker, builds what the
 // Dockerfile builds: the same build script, the same user, entrypoint and working directory, the
 // files of the Dockerfile's distroless base that the manager uses, and nothing to run but the
-// manager (no shell).
+// operator's programs, the manager and the history (no shell).
 func TestTheImageIsTheDockerfiles(t *testing.T) {
 	image := images[thisRelease.ImageArchive]
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
@@ -27,6 +27,7 @@ func TestTheImageIsTheDockerfiles(t *testing.T) {
 		return strings.TrimSpace(m[len(m)-1][1])
 	}
 	assert.Contains(t, instruction("RUN"), "hack/manager-build.sh manager", "the Dockerfile builds the manager otherwise")
+	assert.Contains(t, dockerfile, "hack/manager-build.sh history . ./cmd/history", "the Dockerfile builds the history otherwise")
 	assert.Equal(t, "gcr.io/distroless/static:nonroot", instruction("FROM"))
 	assert.Equal(t, instruction("USER"), image.User)
 	assert.Equal(t, `["`+strings.Join(image.Entrypoint, `", "`)+`"]`, instruction("ENTRYPOINT"))
@@ -34,7 +35,7 @@ func TestTheImageIsTheDockerfiles(t *testing.T) {
 	// What the image's user (65532, no owner of them) must read, run or write, whatever the
 	// umask of who built it.
 	for file, perm := range map[string]fs.FileMode{
-		"manager": 0o005, "etc/passwd": 0o004, "etc/group": 0o004, "etc/ssl/certs/ca-certificates.crt": 0o004,
+		"manager": 0o005, "history": 0o005, "etc/passwd": 0o004, "etc/group": 0o004, "etc/ssl/certs/ca-certificates.crt": 0o004,
 		"etc": 0o005, "etc/ssl": 0o005, "etc/ssl/certs": 0o005, "tmp": fs.ModeSticky | 0o007, "home/nonroot": 0o005,
 	} {
 		mode, ok := image.Files[file]

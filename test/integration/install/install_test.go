@@ -293,3 +293,68 @@ func TestCertManagerVariant(t *testing.T) {
 	}
 	assert.Len(t, found, 4, "missing pieces: %v", found)
 }
+
+// TestTheHistoryInstall renders config/history: config/default whole, its manager started with
+// --history, and the history beside it, hardened as the manager is, named as the install names
+// its objects, acting as a ServiceAccount of its own.
+func TestTheHistoryInstall(t *testing.T) {
+	objs, err := testenv.Kustomize(configDir("history"))
+	require.NoError(t, err)
+	byName := map[string]*unstructured.Unstructured{}
+	for _, obj := range objs {
+		byName[obj.GetKind()+"/"+obj.GetName()] = obj
+		switch {
+		case obj.GetKind() == "CustomResourceDefinition", obj.GetKind() == "Namespace":
+		case obj.GetKind() == "ConfigMap" && obj.GetName() == "kubeflow-trainer-public":
+		default:
+			assert.Truef(t, strings.HasPrefix(obj.GetName(), "trainjob-"), "%s %s has no prefix trainjob-", obj.GetKind(), obj.GetName())
+			assert.NotContains(t, obj.GetName(), "trainjob-trainjob-")
+		}
+	}
+	for _, obj := range installed {
+		assert.Contains(t, byName, obj.GetKind()+"/"+obj.GetName(), "config/history lacks config/default's object")
+	}
+	deployment := func(name string) *appsv1.Deployment {
+		obj := byName["Deployment/"+name]
+		require.NotNil(t, obj, "no Deployment %s", name)
+		d := &appsv1.Deployment{}
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, d))
+		return d
+	}
+	assert.Contains(t, deployment("trainjob-controller-manager").Spec.Template.Spec.Containers[0].Args, "--history")
+	for _, obj := range installed {
+		if obj.GetKind() == "Deployment" {
+			args, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+			assert.NotContains(t, fmt.Sprint(args), "--history", "config/default's manager gives TrainJobs a finalizer no history removes")
+		}
+	}
+
+	history := deployment("trainjob-history")
+	pod := history.Spec.Template.Spec
+	assert.Equal(t, "trainjob-history", pod.ServiceAccountName)
+	assert.Equal(t, ptr.To(true), pod.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, pod.SecurityContext.SeccompProfile.Type)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	assert.Equal(t, []string{"/history"}, c.Command)
+	assert.Equal(t, ptr.To(false), c.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, ptr.To(true), c.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)
+	assert.NotEmpty(t, c.Resources.Limits)
+	assert.NotNil(t, c.ReadinessProbe)
+	assert.Contains(t, c.Args, "--leader-elect")
+	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, history.Spec.Strategy.Type, "two pods never share SQLite's volume")
+	require.Len(t, pod.Volumes, 1)
+	assert.Equal(t, "trainjob-history", pod.Volumes[0].PersistentVolumeClaim.ClaimName)
+	assert.Contains(t, byName, "PersistentVolumeClaim/trainjob-history")
+	for _, name := range []string{"ClusterRoleBinding/trainjob-history-rolebinding", "RoleBinding/trainjob-history-leader-election-rolebinding"} {
+		binding := byName[name]
+		require.NotNil(t, binding, name)
+		subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+		assert.Equal(t, []any{map[string]any{"kind": "ServiceAccount", "name": "trainjob-history", "namespace": namespace}}, subjects, name)
+	}
+	ctx := context.Background()
+	for _, obj := range objs {
+		require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj), "%s %s", obj.GetKind(), obj.GetName())
+	}
+}

@@ -1,0 +1,391 @@
+package history
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/framework"
+)
+
+// Tuning of the Recorder.
+const (
+	// MaxBatch is the most TrainJobs the recorder writes in one transaction.
+	MaxBatch = 200
+	// ProgressEvery is how often a run's progress alone is written: a record whose other parts
+	// did not change waits that long after its last write.
+	ProgressEvery = time.Minute
+	// PruneEvery is how often retention runs.
+	PruneEvery = time.Hour
+)
+
+// Recorder writes a record of every TrainJob the manager's cache sees, as it changes, in
+// batches, and removes the history's finalizer from a deleted TrainJob once its record is
+// written. It runs on the leader only.
+type Recorder struct {
+	// Client reads TrainJobs from the cache and removes the finalizer.
+	Client client.Client
+	// Reader reads a TrainJob's JobSet, once, for the shape of its run.
+	Reader    client.Reader
+	Store     *Store
+	Retention Retention
+	// Frameworks tell a run's framework from its runtime's ML policy.
+	Frameworks []framework.Framework
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	mu    sync.Mutex
+	// gone holds TrainJobs deleted without the finalizer (made before the history, or the
+	// finalizer taken off) until their last state is recorded.
+	gone map[types.NamespacedName][]*trainer.TrainJob
+}
+
+// SetupWithManager watches TrainJobs with the manager's cache and runs the recorder on its
+// leader.
+func (r *Recorder) SetupWithManager(mgr ctrl.Manager) error {
+	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "history"})
+	r.gone = map[types.NamespacedName][]*trainer.TrainJob{}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &trainer.TrainJob{})
+	if err != nil {
+		return err
+	}
+	enqueue := func(obj any) {
+		if tj, ok := obj.(*trainer.TrainJob); ok {
+			r.queue.Add(client.ObjectKeyFromObject(tj))
+		}
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if tj, ok := obj.(*trainer.TrainJob); ok {
+				key := client.ObjectKeyFromObject(tj)
+				r.mu.Lock()
+				r.gone[key] = append(r.gone[key], tj)
+				r.mu.Unlock()
+				r.queue.Add(key)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	return mgr.Add(r)
+}
+
+// NeedLeaderElection makes the recorder run on the leader only.
+func (r *Recorder) NeedLeaderElection() bool { return true }
+
+// Start records until ctx ends.
+func (r *Recorder) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("history")
+	go func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	}()
+	go r.prune(ctx)
+	for {
+		key, shutdown := r.queue.Get()
+		if shutdown {
+			return nil
+		}
+		batch := []types.NamespacedName{key}
+		for len(batch) < MaxBatch && r.queue.Len() > 0 {
+			key, shutdown := r.queue.Get()
+			if shutdown {
+				break
+			}
+			batch = append(batch, key)
+		}
+		later, err := r.record(ctx, batch)
+		for _, key := range batch {
+			switch {
+			case err != nil:
+				r.queue.AddRateLimited(key)
+			case later[key] > 0:
+				r.queue.Forget(key)
+				r.queue.AddAfter(key, later[key])
+			default:
+				r.queue.Forget(key)
+			}
+			r.queue.Done(key)
+		}
+		if err != nil {
+			log.Error(err, "Recording TrainJobs failed; trying again", "trainJobs", len(batch))
+		}
+	}
+}
+
+func (r *Recorder) prune(ctx context.Context) {
+	if r.Retention == (Retention{}) {
+		return
+	}
+	log := ctrl.LoggerFrom(ctx).WithName("history")
+	ticker := time.NewTicker(PruneEvery)
+	defer ticker.Stop()
+	for {
+		n, err := r.Store.Prune(ctx, r.Retention, r.Now())
+		if err != nil {
+			log.Error(err, "Forgetting old runs failed")
+		} else if n > 0 {
+			log.Info("Forgot old runs", "runs", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// observed is one TrainJob of a batch and its new record.
+type observed struct {
+	tj     *trainer.TrainJob
+	record *Record
+}
+
+// record writes the records of the TrainJobs of keys in one transaction, then removes the
+// finalizer of those deleted. It returns the keys to look at again later: those whose
+// progress alone changed since a recent write.
+func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map[types.NamespacedName]time.Duration, error) {
+	now := r.Now()
+	var seen []*trainer.TrainJob
+	var goneKeys []types.NamespacedName
+	for _, key := range keys {
+		tj := &trainer.TrainJob{}
+		err := r.Client.Get(ctx, key, tj)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, err
+		default:
+			seen = append(seen, tj)
+		}
+		r.mu.Lock()
+		for _, old := range r.gone[key] {
+			if err == nil && old.UID == tj.UID {
+				continue // deleted and made again with the same UID: not possible, but the live one wins
+			}
+			old = old.DeepCopy()
+			if old.DeletionTimestamp == nil {
+				old.DeletionTimestamp = &metav1.Time{Time: now}
+			}
+			seen = append(seen, old)
+		}
+		if len(r.gone[key]) > 0 {
+			goneKeys = append(goneKeys, key)
+		}
+		r.mu.Unlock()
+	}
+	uids := make([]string, len(seen))
+	for i, tj := range seen {
+		uids[i] = string(tj.UID)
+	}
+	stored, err := r.Store.GetMany(ctx, uids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the records of %d TrainJobs: %w", len(uids), err)
+	}
+	prev := make(map[string]*Record, len(stored))
+	for _, rec := range stored {
+		prev[rec.UID] = rec
+	}
+	later := map[types.NamespacedName]time.Duration{}
+	var writes []*Record
+	var release []*trainer.TrainJob
+	for _, tj := range seen {
+		p := prev[string(tj.UID)]
+		shape, err := r.shape(ctx, tj, p)
+		if err != nil {
+			return nil, err
+		}
+		rec := Observe(p, tj, shape, now)
+		releasing := tj.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(tj, trainer.HistoryFinalizer)
+		if releasing {
+			release = append(release, tj)
+		}
+		switch change := compare(p, rec); {
+		case change == unchanged:
+		case change == progressOnly && !releasing && now.Sub(p.Observed) < ProgressEvery:
+			later[client.ObjectKeyFromObject(tj)] = ProgressEvery - now.Sub(p.Observed)
+		default:
+			writes = append(writes, rec)
+		}
+	}
+	if err := r.Store.Put(ctx, writes); err != nil {
+		return nil, fmt.Errorf("writing %d records: %w", len(writes), err)
+	}
+	r.mu.Lock()
+	for _, key := range goneKeys {
+		delete(r.gone, key)
+	}
+	r.mu.Unlock()
+	for _, tj := range release {
+		if err := r.releaseTrainJob(ctx, tj); err != nil {
+			return nil, err
+		}
+	}
+	if len(writes) > 0 {
+		ctrl.LoggerFrom(ctx).V(2).Info("Recorded TrainJobs", "records", len(writes), "released", len(release))
+	}
+	return later, nil
+}
+
+// releaseTrainJob removes the history's finalizer from a deleted TrainJob whose record is
+// written. Only the finalizer: a patch with the TrainJob's resourceVersion, so that a finalizer
+// another controller added meanwhile is not lost.
+func (r *Recorder) releaseTrainJob(ctx context.Context, tj *trainer.TrainJob) error {
+	patched := tj.DeepCopy()
+	base := client.MergeFromWithOptions(tj, client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(patched, trainer.HistoryFinalizer)
+	err := r.Client.Patch(ctx, patched, base)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing the history's finalizer from %s: %w", klog.KObj(tj), err)
+	}
+	return nil
+}
+
+// shape is what the record of tj reads from its JobSet: read once, while the record lacks it.
+func (r *Recorder) shape(ctx context.Context, tj *trainer.TrainJob, prev *Record) (Shape, error) {
+	s := Shape{}
+	if tj.Status.RuntimeSnapshot != nil {
+		if fw := framework.Select(r.Frameworks, framework.SnapshotPolicy(tj)); fw != nil {
+			s.Framework = fw.Name()
+		}
+		if p := framework.SnapshotPolicy(tj); p != nil && p.Torch != nil && p.Torch.NumProcPerNode != nil {
+			s.ProcsPerNode = p.Torch.NumProcPerNode.String()
+		}
+	}
+	if prev != nil && prev.Image != "" {
+		s.Image, s.GPUsPerNode, s.Nodes = prev.Image, prev.GPUsPerNode, prev.Nodes
+		if s.ProcsPerNode == "" {
+			s.ProcsPerNode = prev.ProcsPerNode
+		}
+		return s, nil
+	}
+	if tj.Status.ObservedGeneration == 0 {
+		return s, nil // no JobSet yet
+	}
+	js := &jobsetv1alpha2.JobSet{}
+	err := r.Reader.Get(ctx, client.ObjectKeyFromObject(tj), js)
+	if apierrors.IsNotFound(err) || err == nil && !metav1.IsControlledBy(js, tj) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("reading the JobSet of %s: %w", klog.KObj(tj), err)
+	}
+	name := framework.TrainerJobName(js)
+	for i := range js.Spec.ReplicatedJobs {
+		job := &js.Spec.ReplicatedJobs[i]
+		if job.Name != name {
+			continue
+		}
+		if c := trainerContainer(job.Template.Spec.Template.Spec.Containers); c != nil {
+			s.Image, s.GPUsPerNode = c.Image, framework.GPUs(c)
+		}
+	}
+	return s, nil
+}
+
+// trainerContainer is the trainer's container of a trainer job's pods: the one named "node",
+// else "trainer", else the first.
+func trainerContainer(containers []corev1.Container) *corev1.Container {
+	for _, name := range []string{"node", "trainer"} {
+		for i := range containers {
+			if containers[i].Name == name {
+				return &containers[i]
+			}
+		}
+	}
+	if len(containers) > 0 {
+		return &containers[0]
+	}
+	return nil
+}
+
+type change int
+
+const (
+	changed change = iota
+	unchanged
+	progressOnly
+)
+
+// compare tells how a new record differs from the stored one.
+func compare(stored, rec *Record) change {
+	if stored == nil {
+		return changed
+	}
+	a, b := *stored, *rec
+	a.Observed, b.Observed = time.Time{}, time.Time{}
+	if equalJSON(&a, &b) {
+		return unchanged
+	}
+	a.Progress, a.FinalMetrics, b.Progress, b.FinalMetrics = nil, nil, nil, nil
+	if equalJSON(&a, &b) {
+		return progressOnly
+	}
+	return changed
+}
+
+func equalJSON(a, b *Record) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errors.Join(errA, errB) == nil && bytes.Equal(ja, jb)
+}
+
+// CacheOptions are the history's cache: TrainJobs, with what a record reads of them.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&trainer.TrainJob{}: {Transform: TrainJobTransform},
+	}}
+}
+
+// TrainJobTransform keeps of a TrainJob in the recorder's cache what a record reads: its
+// metadata without managed fields and annotations other than its creator, its status, and of
+// its spec the runtime and the trainer's image, size and resources.
+func TrainJobTransform(obj any) (any, error) {
+	tj, ok := obj.(*trainer.TrainJob)
+	if !ok {
+		return obj, nil
+	}
+	tj.ManagedFields = nil
+	if creator, ok := tj.Annotations[trainer.CreatorAnnotation]; ok {
+		tj.Annotations = map[string]string{trainer.CreatorAnnotation: creator}
+	} else {
+		tj.Annotations = nil
+	}
+	spec := trainer.TrainJobSpec{RuntimeRef: tj.Spec.RuntimeRef, Suspend: tj.Spec.Suspend, ManagedBy: tj.Spec.ManagedBy}
+	if t := tj.Spec.Trainer; t != nil {
+		spec.Trainer = &trainer.Trainer{Image: t.Image, NumNodes: t.NumNodes, NumProcPerNode: t.NumProcPerNode, ResourcesPerNode: t.ResourcesPerNode}
+	}
+	tj.Spec = spec
+	return tj, nil
+}
