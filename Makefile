@@ -31,8 +31,8 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations from the markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook \
-		paths="{./api/...,./internal/...}" output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths="./internal/..."
 	@# The history is a program of its own, with a role of its own.
 	$(CONTROLLER_GEN) rbac:roleName=history-role paths=./cmd/history output:rbac:artifacts:config=config/history/rbac
 	@# volcano.sh/apis ships no CRDs: generate Volcano's PodGroup CRD for the tests and make run.
@@ -52,8 +52,12 @@ chart-files: kustomize ## Copy into the Helm chart what config/ generates or shi
 	@$(KUSTOMIZE) build config/public > $(CHART)/files/public/public.yaml
 
 .PHONY: generate
-generate: controller-gen ## Generate the DeepCopy methods of the API types.
+generate: controller-gen ## Generate the DeepCopy methods of the API types, and the history API's OpenAPI definitions.
 	$(CONTROLLER_GEN) object paths="./..."
+	$(GO) tool openapi-gen --output-dir internal/history/apis/openapi --output-file zz_generated.openapi.go \
+		--output-pkg github.com/trainjob/operator/internal/history/apis/openapi --report-filename /dev/null \
+		k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
+		github.com/trainjob/operator/internal/history/apis/v1alpha1
 
 .PHONY: fmt
 fmt: ## Run go fmt.

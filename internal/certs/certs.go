@@ -22,6 +22,8 @@ type Options struct {
 	ServiceName string
 	// ValidatingWebhookConfiguration and MutatingWebhookConfiguration get the CA injected.
 	ValidatingWebhookConfiguration, MutatingWebhookConfiguration string
+	// APIService gets the CA injected, for an aggregated API server (the history's).
+	APIService string
 	// CertDir is where the webhook server reads tls.crt and tls.key.
 	CertDir string
 	// ControllerName names the rotator's controller, unique in the process; empty means
@@ -45,6 +47,21 @@ func Provided() <-chan struct{} {
 	return ready
 }
 
+// injected are the objects that get the CA: those Options name.
+func (o Options) injected() []rotator.WebhookInfo {
+	var out []rotator.WebhookInfo
+	for _, w := range []rotator.WebhookInfo{
+		{Name: o.ValidatingWebhookConfiguration, Type: rotator.Validating},
+		{Name: o.MutatingWebhookConfiguration, Type: rotator.Mutating},
+		{Name: o.APIService, Type: rotator.APIService},
+	} {
+		if w.Name != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // Rotate adds cert-controller's rotator to the manager. The returned channel is closed once the
 // certificate is in CertDir, so that the webhook server can start serving it.
 func Rotate(mgr ctrl.Manager, o Options) (<-chan struct{}, error) {
@@ -56,10 +73,7 @@ func Rotate(mgr ctrl.Manager, o Options) (<-chan struct{}, error) {
 		CAOrganization: "trainjob-operator",
 		DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
 		IsReady:        ready,
-		Webhooks: []rotator.WebhookInfo{
-			{Name: o.ValidatingWebhookConfiguration, Type: rotator.Validating},
-			{Name: o.MutatingWebhookConfiguration, Type: rotator.Mutating},
-		},
+		Webhooks:       o.injected(),
 		// Every replica serves webhooks, leader or not, so every replica needs the certificate.
 		RequireLeaderElection: false,
 		ControllerName:        o.ControllerName,

@@ -361,11 +361,16 @@ func equalJSON(a, b *Record) bool {
 	return errors.Join(errA, errB) == nil && bytes.Equal(ja, jb)
 }
 
-// CacheOptions are the history's cache: TrainJobs, with what a record reads of them.
-func CacheOptions() cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+// CacheOptions are the history's cache: TrainJobs, with what a record reads of them, and the
+// Secrets of its own namespace only (its API server's certificate).
+func CacheOptions(namespace string) cache.Options {
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&trainer.TrainJob{}: {Transform: TrainJobTransform},
 	}}
+	if namespace != "" {
+		opts.ByObject[&corev1.Secret{}] = cache.ByObject{Namespaces: map[string]cache.Config{namespace: {}}}
+	}
+	return opts
 }
 
 // TrainJobTransform keeps of a TrainJob in the recorder's cache what a record reads: its

@@ -248,6 +248,8 @@ type Query struct {
 	Namespace string
 	// Name is the runs' TrainJob's name; empty for every name.
 	Name string
+	// UIDPrefix is how the runs' UIDs begin; empty for any.
+	UIDPrefix string
 	// States are the states the runs are in (Complete, Failed, Running, ...); empty for any.
 	States []string
 	// Runtime is the name of the runs' runtime; empty for any.
@@ -287,6 +289,12 @@ func (s *Store) List(ctx context.Context, q Query) (*Page, error) {
 	}
 	if q.Name != "" {
 		where = append(where, "name = "+arg(q.Name))
+	}
+	if q.UIDPrefix != "" {
+		if strings.ContainsAny(q.UIDPrefix, `%_\`) {
+			return nil, fmt.Errorf("%w: a UID prefix %q", ErrBadSelector, q.UIDPrefix)
+		}
+		where = append(where, "uid LIKE "+arg(q.UIDPrefix+"%"))
 	}
 	if len(q.States) > 0 {
 		marks := make([]string, len(q.States))
@@ -367,13 +375,16 @@ func labelCondition(req labels.Requirement, arg func(any) string) (string, error
 	case selection.DoesNotExist:
 		return "NOT " + has(nil), nil
 	default:
-		return "", fmt.Errorf("label selector %q: the history selects labels by =, ==, !=, in, notin and existence only", req.String())
+		return "", fmt.Errorf("%w: label selector %q: the history selects labels by =, ==, !=, in, notin and existence only", ErrBadSelector, req.String())
 	}
 }
 
 func encodeContinue(created int64, uid string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(created, 10) + "/" + uid))
 }
+
+// ErrBadSelector is returned for a selector the history cannot answer.
+var ErrBadSelector = errors.New("a selector the history does not answer")
 
 // ErrBadContinue is returned for a continue token that List did not make.
 var ErrBadContinue = errors.New("the continue token is not one the history made")

@@ -109,8 +109,9 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	if s.local != nil {
-		// The aggregator's client certificate, for metrics.k8s.io (metrics-server).
+	if s.local != nil || s.aggregation {
+		// The aggregator's client certificate, for metrics.k8s.io (metrics-server) and the
+		// history's API.
 		if err := configureFrontProxy(filepath.Join(c.Dir, "front-proxy"), func(name, value string) {
 			apiServer.Configure().Set(name, value)
 		}); err != nil {

@@ -84,12 +84,9 @@ func (c *Cluster) OperatorConfig(ctx context.Context) (*rest.Config, error) {
 }
 
 // HistoryConfig is a client configuration that acts as the installed history, with the RBAC of
-// config/history's base (the operator's own is OperatorConfig's), installed by the first call.
+// config/history, installed by the first call.
 func (c *Cluster) HistoryConfig(ctx context.Context) (*rest.Config, error) {
-	if err := c.InstallOperatorRBAC(ctx); err != nil { // its Namespace
-		return nil, err
-	}
-	if err := c.installRBAC(ctx, "history/base"); err != nil {
+	if err := c.installRBAC(ctx, "history"); err != nil {
 		return nil, err
 	}
 	cfg := rest.CopyConfig(c.Env.Config)
@@ -104,6 +101,20 @@ func (c *Cluster) OperatorKubeconfig(ctx context.Context, user string) (string, 
 	if err := c.InstallOperatorRBAC(ctx); err != nil {
 		return "", err
 	}
+	return c.kubeconfigAs(user, operatorUser())
+}
+
+// HistoryKubeconfig writes a kubeconfig that acts as the installed history, as HistoryConfig
+// does, for what reads a kubeconfig file (its API server's delegated authentication).
+func (c *Cluster) HistoryKubeconfig(ctx context.Context, user string) (string, error) {
+	if _, err := c.HistoryConfig(ctx); err != nil {
+		return "", err
+	}
+	return c.kubeconfigAs(user, serviceAccountUser(HistoryServiceAccount))
+}
+
+// kubeconfigAs writes a kubeconfig of an administrator named user that acts as another.
+func (c *Cluster) kubeconfigAs(user string, as rest.ImpersonationConfig) (string, error) {
 	path, err := c.Kubeconfig(user)
 	if err != nil {
 		return "", err
@@ -112,7 +123,6 @@ func (c *Cluster) OperatorKubeconfig(ctx context.Context, user string) (string, 
 	if err != nil {
 		return "", err
 	}
-	as := operatorUser()
 	for _, auth := range config.AuthInfos {
 		auth.Impersonate, auth.ImpersonateGroups = as.UserName, as.Groups
 	}

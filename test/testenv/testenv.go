@@ -46,6 +46,8 @@ type settings struct {
 	local *LocalOptions
 	// audit makes the API server log every write (Cluster.AuditLog).
 	audit bool
+	// aggregation gives the API server a front proxy, to aggregate API servers.
+	aggregation bool
 }
 
 // Option changes the environment New returns.
@@ -69,6 +71,11 @@ func WithWebhooks(s *settings) { s.webhooks = true }
 // WithoutJobSetWebhooks leaves JobSet's webhooks out of a bare API server, where StartManager
 // would serve them: for a manager run as its own program, which serves none.
 func WithoutJobSetWebhooks(s *settings) { s.noJobSetWebhooks = true }
+
+// WithAggregation gives the API server the front proxy an aggregated API server trusts (its
+// client certificate and the request headers that name the user), as a kubeadm cluster has; a
+// local cluster always has it.
+func WithAggregation(s *settings) { s.aggregation = true }
 
 // WithAuditLog makes the API server log every write, list and watch, with who made it: Cluster.AuditLog.
 func WithAuditLog(s *settings) { s.audit = true }

@@ -47,7 +47,7 @@ func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	var err error
 	// No manager runs here to serve JobSet's webhooks: the tests make JobSets as they are.
-	cluster, err = testenv.Start(testenv.WithoutJobSetWebhooks)
+	cluster, err = testenv.Start(testenv.WithoutJobSetWebhooks, testenv.WithAggregation)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -69,7 +69,7 @@ func startRecorder(t *testing.T, store *history.Store) (stop func()) {
 	cfg, err := cluster.HistoryConfig(context.Background())
 	require.NoError(t, err)
 	opts := ctrl.Options{
-		Scheme: testenv.Scheme, Cache: history.CacheOptions(),
+		Scheme: testenv.Scheme, Cache: history.CacheOptions(testenv.OperatorNamespace),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)

@@ -306,6 +306,7 @@ func TestTheHistoryInstall(t *testing.T) {
 		switch {
 		case obj.GetKind() == "CustomResourceDefinition", obj.GetKind() == "Namespace":
 		case obj.GetKind() == "ConfigMap" && obj.GetName() == "kubeflow-trainer-public":
+		case obj.GetKind() == "APIService": // named <version>.<group>, as the API server requires
 		default:
 			assert.Truef(t, strings.HasPrefix(obj.GetName(), "trainjob-"), "%s %s has no prefix trainjob-", obj.GetKind(), obj.GetName())
 			assert.NotContains(t, obj.GetName(), "trainjob-trainjob-")
@@ -344,14 +345,32 @@ func TestTheHistoryInstall(t *testing.T) {
 	assert.NotNil(t, c.ReadinessProbe)
 	assert.Contains(t, c.Args, "--leader-elect")
 	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, history.Spec.Strategy.Type, "two pods never share SQLite's volume")
-	require.Len(t, pod.Volumes, 1)
+	require.Len(t, pod.Volumes, 2)
 	assert.Equal(t, "trainjob-history", pod.Volumes[0].PersistentVolumeClaim.ClaimName)
+	assert.Equal(t, "trainjob-history-serving-cert", pod.Volumes[1].Secret.SecretName)
 	assert.Contains(t, byName, "PersistentVolumeClaim/trainjob-history")
-	for _, name := range []string{"ClusterRoleBinding/trainjob-history-rolebinding", "RoleBinding/trainjob-history-leader-election-rolebinding"} {
+	assert.Contains(t, byName, "Secret/trainjob-history-serving-cert")
+	// The aggregated API: its APIService names the history's Service, in its namespace.
+	apiService := byName["APIService/v1alpha1.history.trainer.kubeflow.org"]
+	require.NotNil(t, apiService)
+	service, _, _ := unstructured.NestedMap(apiService.Object, "spec", "service")
+	assert.Equal(t, map[string]any{"name": "trainjob-history", "namespace": namespace, "port": float64(443)}, service)
+	assert.Contains(t, byName, "Service/trainjob-history")
+	authReader := byName["RoleBinding/trainjob-history-auth-reader"]
+	require.NotNil(t, authReader)
+	assert.Equal(t, "kube-system", authReader.GetNamespace(), "the front proxy's CA is read where the API server publishes it")
+	for _, name := range []string{"ClusterRoleBinding/trainjob-history-rolebinding", "RoleBinding/trainjob-history-rolebinding",
+		"RoleBinding/trainjob-history-leader-election-rolebinding", "ClusterRoleBinding/trainjob-history-auth-delegator", "RoleBinding/trainjob-history-auth-reader"} {
 		binding := byName[name]
 		require.NotNil(t, binding, name)
 		subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
 		assert.Equal(t, []any{map[string]any{"kind": "ServiceAccount", "name": "trainjob-history", "namespace": namespace}}, subjects, name)
+	}
+	// Readers of runs: view, edit and admin, by aggregation.
+	reader := byName["ClusterRole/trainjob-history-reader"]
+	require.NotNil(t, reader)
+	for _, role := range []string{"view", "edit", "admin"} {
+		assert.Equal(t, "true", reader.GetLabels()["rbac.authorization.k8s.io/aggregate-to-"+role], role)
 	}
 	ctx := context.Background()
 	for _, obj := range objs {

@@ -1,0 +1,263 @@
+package history
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/history"
+	historyapi "github.com/trainjob/operator/internal/history/apis/v1alpha1"
+	"github.com/trainjob/operator/internal/history/apiserver"
+	"github.com/trainjob/operator/test/testenv"
+)
+
+// serveAPI runs the history's API server over store, as the installed history with its RBAC,
+// and registers it with the API server as the install does (an APIService with its CA), until
+// the test ends; it returns when the API server serves it.
+func serveAPI(t *testing.T, store *history.Store) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	kubeconfig, err := cluster.HistoryKubeconfig(ctx, "history-api")
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	dir := t.TempDir()
+	server, err := apiserver.New(apiserver.Options{
+		BindAddress: "127.0.0.1", Port: port, CertDir: dir, Kubeconfig: kubeconfig,
+		DNSNames: []string{"trainjob-history." + testenv.OperatorNamespace + ".svc"},
+	}, store)
+	require.NoError(t, err)
+	done := make(chan error)
+	go func() { done <- server.PrepareRun().RunWithContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	chain, err := os.ReadFile(filepath.Join(dir, "tls.crt"))
+	require.NoError(t, err)
+	_, ca := pem.Decode(chain) // the serving certificate; then its CA
+	objs, err := testenv.Decode([]byte(`apiVersion: v1
+kind: Service
+metadata:
+  name: trainjob-history
+  namespace: ` + testenv.OperatorNamespace + `
+spec:
+  type: ExternalName
+  externalName: 127.0.0.1
+  ports:
+  - name: https
+    port: ` + strconv.Itoa(port) + `
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1alpha1.history.trainer.kubeflow.org
+spec:
+  group: history.trainer.kubeflow.org
+  version: v1alpha1
+  groupPriorityMinimum: 1000
+  versionPriority: 100
+  caBundle: ` + base64.StdEncoding.EncodeToString(ca) + `
+  service:
+    name: trainjob-history
+    namespace: ` + testenv.OperatorNamespace + `
+    port: ` + strconv.Itoa(port) + `
+`))
+	require.NoError(t, err)
+	require.NoError(t, testenv.Apply(ctx, k8sClient, "history-test", objs...))
+	var last error
+	admin := historyClient(t, "")
+	assert.Eventually(t, func() bool {
+		last = admin.List(ctx, &historyapi.TrainJobRunList{}, client.InNamespace("default"))
+		return last == nil
+	}, timeout, 200*time.Millisecond, "the API server does not serve the history's API")
+	if last != nil {
+		apiService := &unstructured.Unstructured{}
+		apiService.SetAPIVersion("apiregistration.k8s.io/v1")
+		apiService.SetKind("APIService")
+		require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Name: "v1alpha1.history.trainer.kubeflow.org"}, apiService))
+		conditions, _, _ := unstructured.NestedSlice(apiService.Object, "status", "conditions")
+		require.NoError(t, last, "the APIService's conditions: %v", conditions)
+	}
+}
+
+// historyClient reads the history's API as the administrator, or as user when given (with no
+// group but the authenticated users').
+func historyClient(t *testing.T, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(cluster.Env.Config)
+	if user != "" {
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	}
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, historyapi.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	return c
+}
+
+func names(list *historyapi.TrainJobRunList) []string {
+	var out []string
+	for _, r := range list.Items {
+		out = append(out, r.Spec.TrainJobName)
+	}
+	return out
+}
+
+// The history's runs are read through the API server with the reader's own credentials: a user
+// who may read the TrainJobs of a namespace reads its runs, and no other namespace's.
+func TestTheHistoryIsReadThroughTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	store, err := history.Open(ctx, filepath.Join(t.TempDir(), "history.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	serveAPI(t, store)
+
+	now := time.Now().Truncate(time.Second)
+	var records []*history.Record
+	for i, spec := range []struct{ ns, name, state string }{
+		{"team-a", "bert", trainer.TrainJobComplete}, {"team-a", "gpt", trainer.TrainJobFailed},
+		{"team-a", "bert", trainer.TrainJobRunning}, {"team-b", "secret-model", trainer.TrainJobComplete},
+	} {
+		r := &history.Record{
+			UID: fmt.Sprintf("%08x-0000-4000-8000-%012d", i+1, i), Namespace: spec.ns, Name: spec.name, Creator: "alice",
+			Runtime: history.Runtime{Kind: "ClusterTrainingRuntime", Name: "torch-distributed"}, Nodes: 2, GPUsPerNode: 4,
+			Created: now.Add(time.Duration(i-10) * time.Hour), State: spec.state, Observed: now,
+			Labels: map[string]string{"team": spec.ns}, RunningSeconds: 3600, NodeSeconds: 7200, GPUSeconds: 28800,
+		}
+		if spec.state != trainer.TrainJobRunning {
+			r.Finished = ptrTo(r.Created.Add(time.Hour))
+		}
+		records = append(records, r)
+	}
+	require.NoError(t, store.Put(ctx, records))
+
+	admin := historyClient(t, "")
+	list := &historyapi.TrainJobRunList{}
+	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a")))
+	assert.Equal(t, []string{"bert", "gpt", "bert"}, names(list), "newest first")
+	assert.Equal(t, "bert.00000003", list.Items[0].Name)
+	assert.Equal(t, types.UID(records[2].UID), list.Items[0].UID)
+
+	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a"), client.MatchingFields{"status.state": "Failed"}))
+	assert.Equal(t, []string{"gpt"}, names(list))
+	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a"), client.MatchingFields{"spec.trainJobName": "bert", "since": "9h30m"}))
+	assert.Equal(t, []string{"bert"}, names(list), "since")
+	require.NoError(t, admin.List(ctx, list, client.MatchingLabels{"team": "team-b"}))
+	assert.Equal(t, []string{"secret-model"}, names(list), "all namespaces, by label")
+	err = admin.List(ctx, list, client.InNamespace("team-a"), client.MatchingFields{"spec.image": "x"})
+	require.True(t, apierrors.IsBadRequest(err), "an unknown field: %v", err)
+	assert.ErrorContains(t, err, "status.state")
+
+	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a"), client.Limit(2)))
+	require.Len(t, list.Items, 2)
+	require.NotEmpty(t, list.Continue)
+	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a"), client.Limit(2), client.Continue(list.Continue)))
+	assert.Equal(t, []string{"bert"}, names(list))
+	assert.Empty(t, list.Continue)
+
+	run := &historyapi.TrainJobRun{}
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "bert.00000001"}, run))
+	assert.Equal(t, trainer.TrainJobComplete, run.Status.State)
+	assert.EqualValues(t, 28800, run.Status.GPUSeconds)
+	require.NoError(t, admin.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "bert"}, run))
+	assert.Equal(t, trainer.TrainJobRunning, run.Status.State, "by the TrainJob's name: its latest run")
+	err = admin.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "bert.00000001"}, run)
+	assert.True(t, apierrors.IsNotFound(err), "another namespace's run: %v", err)
+
+	// kubectl get asks for a table.
+	rawConfig := rest.CopyConfig(cluster.Env.Config)
+	rawConfig.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	raw, err := rest.UnversionedRESTClientFor(rawConfig)
+	require.NoError(t, err)
+	body, err := raw.Get().AbsPath("/apis/history.trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobruns").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	require.NoError(t, err)
+	table := &metav1.Table{}
+	require.NoError(t, json.Unmarshal(body, table))
+	var columns []string
+	for _, c := range table.ColumnDefinitions {
+		columns = append(columns, c.Name)
+	}
+	assert.Equal(t, []string{"Name", "State", "Reason", "Runtime", "Creator", "Nodes", "GPUs", "GPU-Hours", "Duration", "Age"}, columns)
+	require.Len(t, table.Rows, 3)
+	assert.Equal(t, []any{"bert.00000003", "Running"}, table.Rows[0].Cells[:2])
+
+	// A user who may read team-a's TrainJobs and runs reads its runs, not team-b's, nor all
+	// namespaces'; one who may read its runs but not its TrainJobs reads none.
+	rbac, err := testenv.Decode([]byte(`apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: trainjob-reader, namespace: team-a}
+rules:
+- {apiGroups: [trainer.kubeflow.org], resources: [trainjobs], verbs: [get, list]}
+- {apiGroups: [history.trainer.kubeflow.org], resources: [trainjobruns], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: carol-reads, namespace: team-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: trainjob-reader}
+subjects: [{kind: User, name: carol}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: run-reader, namespace: team-a}
+rules:
+- {apiGroups: [history.trainer.kubeflow.org], resources: [trainjobruns], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: dave-reads-runs, namespace: team-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: run-reader}
+subjects: [{kind: User, name: dave}]`))
+	require.NoError(t, err)
+	require.NoError(t, testenv.Apply(ctx, k8sClient, "history-test", rbac...))
+	carol := historyClient(t, "carol")
+	var last error
+	assert.Eventually(t, func() bool {
+		last = carol.List(ctx, list, client.InNamespace("team-a"))
+		return last == nil
+	}, timeout, interval)
+	require.NoError(t, last)
+	assert.Equal(t, []string{"bert", "gpt", "bert"}, names(list))
+	require.NoError(t, carol.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "gpt.00000002"}, run))
+	err = carol.List(ctx, list, client.InNamespace("team-b"))
+	assert.True(t, apierrors.IsForbidden(err), "another namespace: %v", err)
+	err = carol.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "secret-model.00000004"}, run)
+	assert.True(t, apierrors.IsForbidden(err), "another namespace's run: %v", err)
+	err = carol.List(ctx, list)
+	assert.True(t, apierrors.IsForbidden(err), "all namespaces: %v", err)
+	err = historyClient(t, "dave").List(ctx, list, client.InNamespace("team-a"))
+	assert.True(t, apierrors.IsForbidden(err), "runs without their TrainJobs: %v", err)
+	assert.ErrorContains(t, err, "trainjobs.trainer.kubeflow.org")
+	err = historyClient(t, "mallory").List(ctx, list, client.InNamespace("team-a"))
+	assert.True(t, apierrors.IsForbidden(err), "a user without rights: %v", err)
+}
+
+func ptrTo[T any](v T) *T { return &v }
