@@ -28,6 +28,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	historyv1alpha1 "github.com/trainjob/operator/internal/history/apis/v1alpha1"
 )
 
 var scheme = runtime.NewScheme()
@@ -38,6 +39,7 @@ func init() {
 	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
 	utilruntime.Must(schedulerpluginsv1alpha1.AddToScheme(scheme))
 	utilruntime.Must(volcanov1beta1.AddToScheme(scheme))
+	utilruntime.Must(historyv1alpha1.AddToScheme(scheme))
 }
 
 // Options are what every command shares: kubectl's connection flags and the streams.
@@ -87,7 +89,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Use: "trainjob",
 		// kubectl runs kubectl-trainjob as `kubectl trainjob`: the help says so.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trainjob"},
-		Short:       "See and steer Kubeflow TrainJobs: list, describe, logs, progress, suspend, resume, rerun",
+		Short:       "See and steer Kubeflow TrainJobs: list, describe, logs, progress, suspend, resume, rerun, history, usage",
 		Long: `kubectl trainjob shows the TrainJobs of a cluster and what became of them.
 
 It reads your kubeconfig as kubectl does, and acts with your credentials: it can see and change
@@ -107,6 +109,8 @@ what your RBAC lets you, nothing more.`,
 		newSuspendCommand(o, false),
 		newRerunCommand(o),
 		newConsoleCommand(o),
+		newHistoryCommand(o),
+		newUsageCommand(o),
 	)
 	return root
 }

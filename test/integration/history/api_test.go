@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/cli"
 	"github.com/trainjob/operator/internal/history"
 	historyapi "github.com/trainjob/operator/internal/history/apis/v1alpha1"
 	"github.com/trainjob/operator/internal/history/apiserver"
@@ -258,6 +261,42 @@ subjects: [{kind: User, name: dave}]`))
 	assert.ErrorContains(t, err, "trainjobs.trainer.kubeflow.org")
 	err = historyClient(t, "mallory").List(ctx, list, client.InNamespace("team-a"))
 	assert.True(t, apierrors.IsForbidden(err), "a user without rights: %v", err)
+
+	// kubectl trainjob history and usage read the same API.
+	kubeconfig, err := cluster.Kubeconfig("trainjob-cli")
+	require.NoError(t, err)
+	plugin := func(args ...string) string {
+		t.Helper()
+		out := &bytes.Buffer{}
+		code := cli.Run(ctx, append([]string{"--kubeconfig", kubeconfig, "-n", "team-a"}, args...), nil, out, out)
+		require.Zero(t, code, "kubectl trainjob %v:\n%s", args, out)
+		return out.String()
+	}
+	out := plugin("history")
+	assert.Regexp(t, `(?m)^NAME\s+RUN\s+STATE\s+REASON\s+RUNTIME\s+CREATOR\s+NODES\s+GPU-HOURS\s+DURATION\s+AGE$`, out)
+	assert.Regexp(t, `(?m)^bert\s+00000003\s+Running\s+-\s+torch-distributed\s+alice\s+2\s+8\.0\s+60m\s+8h`, out)
+	assert.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 4, out)
+	out = plugin("history", "-A", "--state", "Failed")
+	assert.Regexp(t, `(?m)^team-a\s+gpt\s+00000002\s+Failed`, out)
+	assert.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 2, out)
+	out = plugin("history", "bert")
+	assert.Regexp(t, `(?m)^Run:\s+bert\.00000003$`, out)
+	assert.Regexp(t, `(?m)^Earlier runs:\s+1 `, out)
+	assert.Regexp(t, `(?m)^GPU-hours:\s+8\.0$`, out)
+	out = plugin("usage", "-A", "--by", "namespace", "--since", "30d")
+	assert.Regexp(t, `(?m)^NAMESPACE\s+GPU-HOURS\s+NODE-HOURS\s+RUNS\s+FAILED\s+FAILURES BY REASON$`, out)
+	assert.Regexp(t, `(?m)^team-a\s+24\.0\s+6\.0\s+3\s+1\s+-=1$`, out)
+	assert.Regexp(t, `(?m)^team-b\s+8\.0\s+2\.0\s+1\s+0\s+-$`, out)
+	out = plugin("usage", "--by", "creator")
+	assert.Regexp(t, `(?m)^alice\s+24\.0`, out)
+	failed := &bytes.Buffer{}
+	code := cli.Run(ctx, []string{"--kubeconfig", kubeconfig, "-n", "team-a", "history", "nobody"}, nil, failed, failed)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, failed.String(), `no run of a TrainJob "nobody" in team-a`)
+	failed.Reset()
+	code = cli.Run(ctx, []string{"--kubeconfig", kubeconfig, "usage", "--by", "image"}, nil, failed, failed)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, failed.String(), `--by "image"`)
 }
 
 func ptrTo[T any](v T) *T { return &v }

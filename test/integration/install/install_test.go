@@ -338,6 +338,7 @@ func TestTheHistoryInstall(t *testing.T) {
 	require.Len(t, pod.Containers, 1)
 	c := pod.Containers[0]
 	assert.Equal(t, []string{"/history"}, c.Command)
+	assert.Equal(t, deployment("trainjob-controller-manager").Spec.Template.Spec.Containers[0].Image, c.Image, "the operator's image")
 	assert.Equal(t, ptr.To(false), c.SecurityContext.AllowPrivilegeEscalation)
 	assert.Equal(t, ptr.To(true), c.SecurityContext.ReadOnlyRootFilesystem)
 	assert.Equal(t, []corev1.Capability{"ALL"}, c.SecurityContext.Capabilities.Drop)
