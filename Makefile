@@ -56,6 +56,8 @@ generate: controller-gen ## Generate the DeepCopy methods of the API types, and 
 	$(CONTROLLER_GEN) object paths="./..."
 	$(GO) tool openapi-gen --output-dir internal/history/apis/openapi --output-file zz_generated.openapi.go \
 		--output-pkg github.com/trainjob/operator/internal/history/apis/openapi --report-filename /dev/null \
+		--output-model-name-file zz_generated.model_name.go --readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 \
+		--readonly-pkg k8s.io/apimachinery/pkg/runtime --readonly-pkg k8s.io/apimachinery/pkg/version \
 		k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version \
 		github.com/trainjob/operator/internal/history/apis/v1alpha1
 
@@ -174,8 +176,9 @@ plugin-dist: ## Build the plugin's release archives (Linux, macOS, Windows) and 
 # LATE_MAKE: with $(MAKE) itself in the recipe, make would run the line even under -n.
 LATE_MAKE = $(MAKE)
 .PHONY: run
-run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-essential) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(LATE_MAKE) -s" -- $(LOCALBIN)/manager --zap-encoder=console $(ARGS)
+run: run-programs manifests cluster-essential $(wildcard $(CLUSTER_LATE)) $(if $(findstring -real-node,$(CLUSTER_ARGS)),realnode-essential) ## Start a local cluster, install the CRDs and shipped runtimes, run the manager and the history (SQLite) against it (Ctrl-C stops all; CLUSTER_ARGS=-real-node adds a real node). A first run builds what a TrainJob needs first: Kueue and metrics-server join when built.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/localcluster $(CLUSTER_ARGS) -install config/runtimes -late-build "$(LATE_MAKE) -s" \
+	  -history $(LOCALBIN)/history -- $(LOCALBIN)/manager --zap-encoder=console --history $(ARGS)
 
 # INSTALL: how make run-installed installs the operator, kustomize (config/default) or helm.
 INSTALL ?= kustomize
@@ -187,6 +190,7 @@ run-installed: run-programs manifests realnode-assets helm ## Start a local clus
 .PHONY: run-programs
 run-programs: buildstep
 	@$(call step,manager) $(GO) build -o $(LOCALBIN)/manager ./cmd
+	@$(call step,history) $(GO) build -o $(LOCALBIN)/history ./cmd/history
 	@$(call step,localcluster) $(GO) build -o $(LOCALBIN)/localcluster ./hack/localcluster
 
 .PHONY: docker-build

@@ -117,6 +117,10 @@ func main() {
 		Frameworks: controller.Frameworks(""),
 	}
 	exitOn(recorder.SetupWithManager(mgr), "Unable to set up the recorder")
+	if certOpts.Namespace != "" {
+		// For a certificate the API server made itself, where --cert-dir has none.
+		api.DNSNames = []string{certOpts.ServiceName + "." + certOpts.Namespace + ".svc"}
+	}
 	certsReady := certs.Provided()
 	if api.CertDir == "" {
 		api.CertDir, certOpts.CertDir = defaultCertDir, defaultCertDir

@@ -72,7 +72,8 @@ func run() error {
 	flag.DurationVar(&local.MetricResolution, "metric-resolution", local.MetricResolution,
 		"How often metrics-server scrapes the nodes (at least 10s). A fake node's pod uses the CPU and memory of its annotations "+
 			testenv.UsageCPUAnnotation+" and "+testenv.UsageMemoryAnnotation+".")
-	var lateBuild string
+	var lateBuild, historyBinary string
+	flag.StringVar(&historyBinary, "history", "", "The history program (cmd/history) to run beside the command, recording into a SQLite file in the cluster's folder; give the manager --history too.")
 	flag.StringVar(&lateBuild, "late-build", "", "A command (make -s) that builds the named programs: Kueue and metrics-server, when not built yet, join the running cluster once it has built them.")
 	flag.Func("install", "A kustomization folder to apply once the manager serves; repeatable.", func(dir string) error {
 		install = append(install, dir)
@@ -159,6 +160,13 @@ func run() error {
 			return err
 		}
 		serving = "and the operator's webhooks (served at " + webhooks + ")"
+		if historyBinary != "" {
+			database := filepath.Join(cluster.Dir, "history.db")
+			if err := cluster.StartHistory(ctx, historyBinary, database); err != nil {
+				return fmt.Errorf("starting the history: %w", err)
+			}
+			serving += ",\nand the history (SQLite in " + database + "; kubectl trainjob history)"
+		}
 	} else {
 		fmt.Printf("Installing the operator with %s...\n", operator)
 		this, err := testenv.ThisRelease()

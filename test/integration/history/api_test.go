@@ -3,14 +3,10 @@ package history
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,38 +54,7 @@ func serveAPI(t *testing.T, store *history.Store) {
 		cancel()
 		<-done
 	})
-	chain, err := os.ReadFile(filepath.Join(dir, "tls.crt"))
-	require.NoError(t, err)
-	_, ca := pem.Decode(chain) // the serving certificate; then its CA
-	objs, err := testenv.Decode([]byte(`apiVersion: v1
-kind: Service
-metadata:
-  name: trainjob-history
-  namespace: ` + testenv.OperatorNamespace + `
-spec:
-  type: ExternalName
-  externalName: 127.0.0.1
-  ports:
-  - name: https
-    port: ` + strconv.Itoa(port) + `
----
-apiVersion: apiregistration.k8s.io/v1
-kind: APIService
-metadata:
-  name: v1alpha1.history.trainer.kubeflow.org
-spec:
-  group: history.trainer.kubeflow.org
-  version: v1alpha1
-  groupPriorityMinimum: 1000
-  versionPriority: 100
-  caBundle: ` + base64.StdEncoding.EncodeToString(ca) + `
-  service:
-    name: trainjob-history
-    namespace: ` + testenv.OperatorNamespace + `
-    port: ` + strconv.Itoa(port) + `
-`))
-	require.NoError(t, err)
-	require.NoError(t, testenv.Apply(ctx, k8sClient, "history-test", objs...))
+	require.NoError(t, cluster.RegisterHistoryAPI(ctx, port, filepath.Join(dir, "tls.crt")))
 	var last error
 	admin := historyClient(t, "")
 	assert.Eventually(t, func() bool {
@@ -208,6 +173,17 @@ func TestTheHistoryIsReadThroughTheAPIServer(t *testing.T) {
 	assert.Equal(t, []string{"Name", "State", "Reason", "Runtime", "Creator", "Nodes", "GPUs", "GPU-Hours", "Duration", "Age"}, columns)
 	require.Len(t, table.Rows, 3)
 	assert.Equal(t, []any{"bert.00000003", "Running"}, table.Rows[0].Cells[:2])
+
+	// kubectl explain reads the API's schema, with each type's group, version and kind.
+	var schema []byte
+	assert.Eventually(t, func() bool { // the API server gathers the schema a moment after it serves the API
+		schema, err = raw.Get().AbsPath("/openapi/v3/apis/history.trainer.kubeflow.org/v1alpha1").DoRaw(ctx)
+		return err == nil
+	}, timeout, 200*time.Millisecond)
+	require.NoError(t, err)
+	assert.Contains(t, string(schema), `"org.kubeflow.trainer.history.v1alpha1.TrainJobRun"`)
+	assert.Regexp(t, `"x-kubernetes-group-version-kind":\[\{"group":"history.trainer.kubeflow.org","kind":"TrainJobRun","version":"v1alpha1"\}\]`, string(schema))
+	assert.Contains(t, string(schema), "GPUSeconds is NodeSeconds times its GPUs per node.")
 
 	// A user who may read team-a's TrainJobs and runs reads its runs, not team-b's, nor all
 	// namespaces'; one who may read its runs but not its TrainJobs reads none.

@@ -6,6 +6,7 @@
 package openapi
 
 import (
+	v1alpha1 "github.com/trainjob/operator/internal/history/apis/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	version "k8s.io/apimachinery/pkg/version"
@@ -15,69 +16,69 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.Metric":            schema_internal_history_apis_v1alpha1_Metric(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.PodFailure":        schema_internal_history_apis_v1alpha1_PodFailure(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.ProgressPoint":     schema_internal_history_apis_v1alpha1_ProgressPoint(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.RestartCause":      schema_internal_history_apis_v1alpha1_RestartCause(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.RuntimeReference":  schema_internal_history_apis_v1alpha1_RuntimeReference(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRun":       schema_internal_history_apis_v1alpha1_TrainJobRun(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunList":   schema_internal_history_apis_v1alpha1_TrainJobRunList(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunSpec":   schema_internal_history_apis_v1alpha1_TrainJobRunSpec(ref),
-		"github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunStatus": schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref),
-		v1.APIGroup{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_APIGroup(ref),
-		v1.APIGroupList{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_APIGroupList(ref),
-		v1.APIResource{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_APIResource(ref),
-		v1.APIResourceList{}.OpenAPIModelName():                                         schema_pkg_apis_meta_v1_APIResourceList(ref),
-		v1.APIVersions{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_APIVersions(ref),
-		v1.ApplyOptions{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_ApplyOptions(ref),
-		v1.Condition{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_Condition(ref),
-		v1.CreateOptions{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_CreateOptions(ref),
-		v1.DeleteOptions{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_DeleteOptions(ref),
-		v1.Duration{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_Duration(ref),
-		v1.FieldSelectorRequirement{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
-		v1.FieldsV1{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_FieldsV1(ref),
-		v1.GetOptions{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_GetOptions(ref),
-		v1.GroupKind{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_GroupKind(ref),
-		v1.GroupResource{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_GroupResource(ref),
-		v1.GroupVersion{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_GroupVersion(ref),
-		v1.GroupVersionForDiscovery{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
-		v1.GroupVersionKind{}.OpenAPIModelName():                                        schema_pkg_apis_meta_v1_GroupVersionKind(ref),
-		v1.GroupVersionResource{}.OpenAPIModelName():                                    schema_pkg_apis_meta_v1_GroupVersionResource(ref),
-		v1.InternalEvent{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_InternalEvent(ref),
-		v1.LabelSelector{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_LabelSelector(ref),
-		v1.LabelSelectorRequirement{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
-		v1.List{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_List(ref),
-		v1.ListMeta{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_ListMeta(ref),
-		v1.ListOptions{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_ListOptions(ref),
-		v1.ManagedFieldsEntry{}.OpenAPIModelName():                                      schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
-		v1.MicroTime{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_MicroTime(ref),
-		v1.ObjectMeta{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_ObjectMeta(ref),
-		v1.OwnerReference{}.OpenAPIModelName():                                          schema_pkg_apis_meta_v1_OwnerReference(ref),
-		v1.PartialObjectMetadata{}.OpenAPIModelName():                                   schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
-		v1.PartialObjectMetadataList{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
-		v1.Patch{}.OpenAPIModelName():                                                   schema_pkg_apis_meta_v1_Patch(ref),
-		v1.PatchOptions{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_PatchOptions(ref),
-		v1.Preconditions{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_Preconditions(ref),
-		v1.RootPaths{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_RootPaths(ref),
-		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
-		v1.ShardInfo{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_ShardInfo(ref),
-		v1.Status{}.OpenAPIModelName():                                                  schema_pkg_apis_meta_v1_Status(ref),
-		v1.StatusCause{}.OpenAPIModelName():                                             schema_pkg_apis_meta_v1_StatusCause(ref),
-		v1.StatusDetails{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_StatusDetails(ref),
-		v1.Table{}.OpenAPIModelName():                                                   schema_pkg_apis_meta_v1_Table(ref),
-		v1.TableColumnDefinition{}.OpenAPIModelName():                                   schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
-		v1.TableOptions{}.OpenAPIModelName():                                            schema_pkg_apis_meta_v1_TableOptions(ref),
-		v1.TableRow{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_TableRow(ref),
-		v1.TableRowCondition{}.OpenAPIModelName():                                       schema_pkg_apis_meta_v1_TableRowCondition(ref),
-		v1.Time{}.OpenAPIModelName():                                                    schema_pkg_apis_meta_v1_Time(ref),
-		v1.Timestamp{}.OpenAPIModelName():                                               schema_pkg_apis_meta_v1_Timestamp(ref),
-		v1.TypeMeta{}.OpenAPIModelName():                                                schema_pkg_apis_meta_v1_TypeMeta(ref),
-		v1.UpdateOptions{}.OpenAPIModelName():                                           schema_pkg_apis_meta_v1_UpdateOptions(ref),
-		v1.WatchEvent{}.OpenAPIModelName():                                              schema_pkg_apis_meta_v1_WatchEvent(ref),
-		runtime.RawExtension{}.OpenAPIModelName():                                       schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
-		runtime.TypeMeta{}.OpenAPIModelName():                                           schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
-		runtime.Unknown{}.OpenAPIModelName():                                            schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
-		version.Info{}.OpenAPIModelName():                                               schema_k8sio_apimachinery_pkg_version_Info(ref),
+		v1alpha1.Metric{}.OpenAPIModelName():              schema_internal_history_apis_v1alpha1_Metric(ref),
+		v1alpha1.PodFailure{}.OpenAPIModelName():          schema_internal_history_apis_v1alpha1_PodFailure(ref),
+		v1alpha1.ProgressPoint{}.OpenAPIModelName():       schema_internal_history_apis_v1alpha1_ProgressPoint(ref),
+		v1alpha1.RestartCause{}.OpenAPIModelName():        schema_internal_history_apis_v1alpha1_RestartCause(ref),
+		v1alpha1.RuntimeReference{}.OpenAPIModelName():    schema_internal_history_apis_v1alpha1_RuntimeReference(ref),
+		v1alpha1.TrainJobRun{}.OpenAPIModelName():         schema_internal_history_apis_v1alpha1_TrainJobRun(ref),
+		v1alpha1.TrainJobRunList{}.OpenAPIModelName():     schema_internal_history_apis_v1alpha1_TrainJobRunList(ref),
+		v1alpha1.TrainJobRunSpec{}.OpenAPIModelName():     schema_internal_history_apis_v1alpha1_TrainJobRunSpec(ref),
+		v1alpha1.TrainJobRunStatus{}.OpenAPIModelName():   schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref),
+		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
+		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
+		v1.APIResource{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIResource(ref),
+		v1.APIResourceList{}.OpenAPIModelName():           schema_pkg_apis_meta_v1_APIResourceList(ref),
+		v1.APIVersions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_APIVersions(ref),
+		v1.ApplyOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_ApplyOptions(ref),
+		v1.Condition{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Condition(ref),
+		v1.CreateOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_CreateOptions(ref),
+		v1.DeleteOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_DeleteOptions(ref),
+		v1.Duration{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_Duration(ref),
+		v1.FieldSelectorRequirement{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
+		v1.FieldsV1{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_FieldsV1(ref),
+		v1.GetOptions{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_GetOptions(ref),
+		v1.GroupKind{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_GroupKind(ref),
+		v1.GroupResource{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_GroupResource(ref),
+		v1.GroupVersion{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_GroupVersion(ref),
+		v1.GroupVersionForDiscovery{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
+		v1.GroupVersionKind{}.OpenAPIModelName():          schema_pkg_apis_meta_v1_GroupVersionKind(ref),
+		v1.GroupVersionResource{}.OpenAPIModelName():      schema_pkg_apis_meta_v1_GroupVersionResource(ref),
+		v1.InternalEvent{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_InternalEvent(ref),
+		v1.LabelSelector{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_LabelSelector(ref),
+		v1.LabelSelectorRequirement{}.OpenAPIModelName():  schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
+		v1.List{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_List(ref),
+		v1.ListMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_ListMeta(ref),
+		v1.ListOptions{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_ListOptions(ref),
+		v1.ManagedFieldsEntry{}.OpenAPIModelName():        schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
+		v1.MicroTime{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_MicroTime(ref),
+		v1.ObjectMeta{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_ObjectMeta(ref),
+		v1.OwnerReference{}.OpenAPIModelName():            schema_pkg_apis_meta_v1_OwnerReference(ref),
+		v1.PartialObjectMetadata{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
+		v1.PartialObjectMetadataList{}.OpenAPIModelName(): schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
+		v1.Patch{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Patch(ref),
+		v1.PatchOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_PatchOptions(ref),
+		v1.Preconditions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_Preconditions(ref),
+		v1.RootPaths{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_RootPaths(ref),
+		v1.ServerAddressByClientCIDR{}.OpenAPIModelName(): schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
+		v1.ShardInfo{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_ShardInfo(ref),
+		v1.Status{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_Status(ref),
+		v1.StatusCause{}.OpenAPIModelName():               schema_pkg_apis_meta_v1_StatusCause(ref),
+		v1.StatusDetails{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_StatusDetails(ref),
+		v1.Table{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_Table(ref),
+		v1.TableColumnDefinition{}.OpenAPIModelName():     schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
+		v1.TableOptions{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_TableOptions(ref),
+		v1.TableRow{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TableRow(ref),
+		v1.TableRowCondition{}.OpenAPIModelName():         schema_pkg_apis_meta_v1_TableRowCondition(ref),
+		v1.Time{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_Time(ref),
+		v1.Timestamp{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_Timestamp(ref),
+		v1.TypeMeta{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_TypeMeta(ref),
+		v1.UpdateOptions{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_UpdateOptions(ref),
+		v1.WatchEvent{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_WatchEvent(ref),
+		runtime.RawExtension{}.OpenAPIModelName():         schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
+		runtime.TypeMeta{}.OpenAPIModelName():             schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
+		runtime.Unknown{}.OpenAPIModelName():              schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
+		version.Info{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_version_Info(ref),
 	}
 }
 
@@ -215,7 +216,7 @@ func schema_internal_history_apis_v1alpha1_ProgressPoint(ref common.ReferenceCal
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.Metric"),
+										Ref: ref(v1alpha1.Metric{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -233,7 +234,7 @@ func schema_internal_history_apis_v1alpha1_ProgressPoint(ref common.ReferenceCal
 			},
 		},
 		Dependencies: []string{
-			"github.com/trainjob/operator/internal/history/apis/v1alpha1.Metric", v1.Time{}.OpenAPIModelName()},
+			v1alpha1.Metric{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -351,14 +352,14 @@ func schema_internal_history_apis_v1alpha1_TrainJobRun(ref common.ReferenceCallb
 						SchemaProps: spec.SchemaProps{
 							Description: "Spec is what ran.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunSpec"),
+							Ref:         ref(v1alpha1.TrainJobRunSpec{}.OpenAPIModelName()),
 						},
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Status is how it went.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunStatus"),
+							Ref:         ref(v1alpha1.TrainJobRunStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -366,7 +367,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRun(ref common.ReferenceCallb
 			},
 		},
 		Dependencies: []string{
-			"github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunSpec", "github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRunStatus", v1.ObjectMeta{}.OpenAPIModelName()},
+			v1alpha1.TrainJobRunSpec{}.OpenAPIModelName(), v1alpha1.TrainJobRunStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -403,7 +404,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunList(ref common.ReferenceC
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRun"),
+										Ref: ref(v1alpha1.TrainJobRun{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -414,7 +415,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunList(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			"github.com/trainjob/operator/internal/history/apis/v1alpha1.TrainJobRun", v1.ListMeta{}.OpenAPIModelName()},
+			v1alpha1.TrainJobRun{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -444,7 +445,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunSpec(ref common.ReferenceC
 						SchemaProps: spec.SchemaProps{
 							Description: "Runtime is the runtime the run was built from.",
 							Default:     map[string]interface{}{},
-							Ref:         ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.RuntimeReference"),
+							Ref:         ref(v1alpha1.RuntimeReference{}.OpenAPIModelName()),
 						},
 					},
 					"framework": {
@@ -496,7 +497,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunSpec(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			"github.com/trainjob/operator/internal/history/apis/v1alpha1.RuntimeReference"},
+			v1alpha1.RuntimeReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -555,7 +556,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref common.Referenc
 					"failure": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Failure is the TrainJob's last pod failure (its status.failure).",
-							Ref:         ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.PodFailure"),
+							Ref:         ref(v1alpha1.PodFailure{}.OpenAPIModelName()),
 						},
 					},
 					"restarts": {
@@ -572,7 +573,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref common.Referenc
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.RestartCause"),
+										Ref: ref(v1alpha1.RestartCause{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -592,7 +593,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref common.Referenc
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.ProgressPoint"),
+										Ref: ref(v1alpha1.ProgressPoint{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -605,7 +606,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref common.Referenc
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
-										Ref: ref("github.com/trainjob/operator/internal/history/apis/v1alpha1.Metric"),
+										Ref: ref(v1alpha1.Metric{}.OpenAPIModelName()),
 									},
 								},
 							},
@@ -640,7 +641,7 @@ func schema_internal_history_apis_v1alpha1_TrainJobRunStatus(ref common.Referenc
 			},
 		},
 		Dependencies: []string{
-			"github.com/trainjob/operator/internal/history/apis/v1alpha1.Metric", "github.com/trainjob/operator/internal/history/apis/v1alpha1.PodFailure", "github.com/trainjob/operator/internal/history/apis/v1alpha1.ProgressPoint", "github.com/trainjob/operator/internal/history/apis/v1alpha1.RestartCause", v1.Time{}.OpenAPIModelName()},
+			v1alpha1.Metric{}.OpenAPIModelName(), v1alpha1.PodFailure{}.OpenAPIModelName(), v1alpha1.ProgressPoint{}.OpenAPIModelName(), v1alpha1.RestartCause{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 

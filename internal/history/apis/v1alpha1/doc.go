@@ -4,5 +4,6 @@
 //
 // +kubebuilder:object:generate=true
 // +k8s:openapi-gen=true
+// +k8s:openapi-model-package=org.kubeflow.trainer.history.v1alpha1
 // +groupName=history.trainer.kubeflow.org
 package v1alpha1
