@@ -5,13 +5,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -127,7 +130,9 @@ func main() {
 		certsReady, err = certs.Rotate(mgr, certOpts)
 		exitOn(err, "Unable to set up the API server's certificate")
 	}
-	// Every replica serves the API, once it has its certificate; only the leader records.
+	// Every replica serves the API, once it has its certificate, and is ready once it serves it;
+	// only the leader records.
+	serving := make(chan struct{})
 	exitOn(mgr.Add(everyReplica(func(ctx context.Context) error {
 		select {
 		case <-certsReady:
@@ -138,10 +143,21 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("setting up the history's API server: %w", err)
 		}
+		server.AddPostStartHookOrDie("trainjob-history-serving", func(genericapiserver.PostStartHookContext) error {
+			close(serving)
+			return nil
+		})
 		return server.PrepareRun().RunWithContext(ctx)
 	})), "Unable to add the history's API server")
 	exitOn(mgr.AddHealthzCheck("healthz", healthz.Ping), "Unable to set up health check")
-	exitOn(mgr.AddReadyzCheck("readyz", healthz.Ping), "Unable to set up ready check")
+	exitOn(mgr.AddReadyzCheck("readyz", func(*http.Request) error {
+		select {
+		case <-serving:
+			return nil
+		default:
+			return errors.New("the history's API server is not serving yet")
+		}
+	}), "Unable to set up ready check")
 	setupLog.Info("Recording TrainJobs", "database", history.Redact(database))
 	exitOn(mgr.Start(ctx), "The history stopped with an error")
 }
