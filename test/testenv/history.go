@@ -9,6 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/trainjob/operator/internal/controller"
+	"github.com/trainjob/operator/internal/history"
 )
 
 // HistoryAPIService is the APIService of the history's API.
@@ -96,4 +103,36 @@ spec:
 		return err
 	}
 	return Apply(ctx, c.Client, "testenv", objs...)
+}
+
+// StartRecorder runs the history's recorder in this process, over store, as the installed
+// history with its RBAC and cache, until stop is called.
+func (c *Cluster) StartRecorder(ctx context.Context, store *history.Store) (stop func() error, err error) {
+	cfg, err := c.HistoryConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: Scheme, Cache: history.CacheOptions(OperatorNamespace),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return nil, err
+	}
+	recorder := &history.Recorder{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Store: store, Frameworks: controller.Frameworks("")}
+	if err := recorder.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	var stopErr error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			stopErr = <-done
+		})
+		return stopErr
+	}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,11 +22,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/history"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/internal/testing/postgres"
@@ -66,26 +63,9 @@ const (
 // RBAC, until the returned stop is called (or the test ends).
 func startRecorder(t *testing.T, store *history.Store) (stop func()) {
 	t.Helper()
-	cfg, err := cluster.HistoryConfig(context.Background())
+	stopRecorder, err := cluster.StartRecorder(context.Background(), store)
 	require.NoError(t, err)
-	opts := ctrl.Options{
-		Scheme: testenv.Scheme, Cache: history.CacheOptions(testenv.OperatorNamespace),
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	}
-	mgr, err := ctrl.NewManager(cfg, opts)
-	require.NoError(t, err)
-	recorder := &history.Recorder{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Store: store, Frameworks: controller.Frameworks("")}
-	require.NoError(t, recorder.SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			require.NoError(t, <-done)
-		})
-	}
+	stop = func() { require.NoError(t, stopRecorder()) }
 	t.Cleanup(stop)
 	return stop
 }
