@@ -163,19 +163,15 @@ func (r *Recorder) prune(ctx context.Context) {
 	}
 }
 
-// observed is one TrainJob of a batch and its new record.
-type observed struct {
-	tj     *trainer.TrainJob
-	record *Record
-}
-
 // record writes the records of the TrainJobs of keys in one transaction, then removes the
 // finalizer of those deleted. It returns the keys to look at again later: those whose
 // progress alone changed since a recent write.
 func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map[types.NamespacedName]time.Duration, error) {
 	now := r.Now()
 	var seen []*trainer.TrainJob
-	var goneKeys []types.NamespacedName
+	// taken counts the deleted TrainJobs of each key this batch records: those deleted again
+	// meanwhile stay for the next.
+	taken := map[types.NamespacedName]int{}
 	for _, key := range keys {
 		tj := &trainer.TrainJob{}
 		err := r.Client.Get(ctx, key, tj)
@@ -197,9 +193,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 			}
 			seen = append(seen, old)
 		}
-		if len(r.gone[key]) > 0 {
-			goneKeys = append(goneKeys, key)
-		}
+		taken[key] = len(r.gone[key])
 		r.mu.Unlock()
 	}
 	uids := make([]string, len(seen))
@@ -224,6 +218,11 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 			return nil, err
 		}
 		rec := Observe(p, tj, shape, now)
+		if p != nil && !rec.Observed.After(p.Observed) {
+			// Later than what it replaces, whatever another replica's clock said: the store
+			// keeps the latest observation.
+			rec.Observed = p.Observed.Add(time.Millisecond)
+		}
 		releasing := tj.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(tj, trainer.HistoryFinalizer)
 		if releasing {
 			release = append(release, tj)
@@ -240,8 +239,12 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 		return nil, fmt.Errorf("writing %d records: %w", len(writes), err)
 	}
 	r.mu.Lock()
-	for _, key := range goneKeys {
-		delete(r.gone, key)
+	for key, n := range taken {
+		if rest := r.gone[key][n:]; len(rest) > 0 {
+			r.gone[key] = rest
+		} else {
+			delete(r.gone, key)
+		}
 	}
 	r.mu.Unlock()
 	for _, tj := range release {
