@@ -121,7 +121,7 @@ previous-release: $(IMAGES_TOOL) ## Write the release test/e2e/installed upgrade
 .PHONY: console-screenshots
 console-screenshots: localcluster-assets realnode-assets ## Take the web console's screenshots of docs/console.md again (docs/images), from its e2e tests in headless Chromium.
 	mkdir -p docs/images
-	CONSOLE_SCREENSHOTS=docs/images KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m -run 'TestTheConsole'
+	CONSOLE_SCREENSHOTS=docs/images KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 20m -run 'TestTheConsole|TestTheHistoryKeepsRuns'
 
 .PHONY: test-torchrun
 test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torchrun (Debian's python3-torch) on the real node: a 2-node gloo all-reduce under the operator's PET_* wiring, and an elastic training scaled from 1 node to 2 while it trains. Not in make test: its image is 1.2 GB.

@@ -45,7 +45,9 @@ func newConsoleCommand(o *Options) *cobra.Command {
 credentials: the TrainJobs you may list, live; per TrainJob its state timeline, progress and ETA,
 the metrics its trainer reports as charts (kept while the console runs), conditions, events, the
 tree of what was made for it, why it is not running, and its pods' logs; suspend, resume and
-delete, which the API server allows or refuses as it would kubectl.
+delete, which the API server allows or refuses as it would kubectl. Its History view lists past
+runs, kept by the history after their TrainJobs are gone (docs/history.md), with the filters of
+kubectl trainjob history, and compares 2 to 4 of them.
 
 It prints a URL with a secret token: only a browser that opened it may use the console. It opens
 a browser only with --open.`,
@@ -82,6 +84,7 @@ func (co *consoleOptions) run(ctx context.Context) error {
 	}
 	port := listener.Addr().(*net.TCPAddr).Port
 	s := newConsoleServer(c, token, port, scope)
+	s.allNamespaces = co.allNamespaces
 	go s.hub.run(ctx, c, opts)
 	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, s.prefix())
 	fmt.Fprintf(co.Out, "The console of the TrainJobs of %s is at\n\n  %s\n\nOnly this machine can reach it, and only with that URL. Ctrl-C stops it.\n", scope, url)
@@ -156,8 +159,10 @@ type consoleServer struct {
 	token string
 	port  int
 	scope string
-	hub   *hub
-	mux   *http.ServeMux
+	// allNamespaces is the scope of the History view: every namespace, or the kubeconfig's.
+	allNamespaces bool
+	hub           *hub
+	mux           *http.ServeMux
 	// streams holds a slot for each log stream open to the API server, all tabs together.
 	streams chan struct{}
 }
@@ -180,6 +185,8 @@ func newConsoleServer(c *clients, token string, port int, scope string) *console
 	s.mux.HandleFunc("GET /api/trainjob", s.detail)
 	s.mux.HandleFunc("GET /api/logs", s.logs)
 	s.mux.HandleFunc("POST /api/action", s.action)
+	s.mux.HandleFunc("GET /api/runs", s.runs)
+	s.mux.HandleFunc("GET /api/run", s.run)
 	return s
 }
 

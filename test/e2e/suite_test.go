@@ -12,6 +12,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
+	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 	utiltesting "github.com/trainjob/operator/internal/testing"
 	"github.com/trainjob/operator/test/testenv"
 )
@@ -66,12 +69,20 @@ func run(m *testing.M) int {
 	}
 	defer cluster.Stop()
 	k8sClient = cluster.Client
+	// Every capability on, as make run runs it: the manager's webhook gives each TrainJob the
+	// history's finalizer, and the history (cmd/history, built here) records every run of the
+	// suite in SQLite and releases it.
+	cluster.Admission = operatorwebhook.Options{History: true}
 	stop, err := cluster.StartManager(controller.Options{MaxConcurrentReconciles: 4})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer stop()
+	if err := startHistory(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if err := cluster.Install(context.Background(), "config/runtimes"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -94,6 +105,20 @@ func run(m *testing.M) int {
 		_ = os.Remove(logFile.Name())
 	}
 	return code
+}
+
+// startHistory builds the history program from this tree and runs it beside the cluster, as the
+// installed history with its RBAC, recording into a SQLite file in the cluster's folder.
+func startHistory() error {
+	dir, err := os.MkdirTemp("", "trainjob-history-e2e-")
+	if err != nil {
+		return err
+	}
+	binary := filepath.Join(dir, "history")
+	if out, err := exec.Command("go", "build", "-o", binary, "../../cmd/history").CombinedOutput(); err != nil {
+		return fmt.Errorf("building the history: %v\n%s", err, out)
+	}
+	return cluster.StartHistory(context.Background(), binary, filepath.Join(cluster.Dir, "history.db"))
 }
 
 // Polling limits: a TrainJob of a few pods runs to Complete within seconds here.

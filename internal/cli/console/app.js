@@ -405,6 +405,7 @@ document.addEventListener('DOMContentLoaded', () => {
     if (state.summary) renderSummary(state.summary);
   }, 1000);
   document.addEventListener('visibilitychange', () => { if (!document.hidden) refreshDetail(); });
-  if (location.hash.length > 1) select(decodeURIComponent(location.hash.slice(1)));
+  // #namespace/name is a TrainJob selected; #history is the History view (history.js).
+  if (location.hash.length > 1 && location.hash !== '#history') select(decodeURIComponent(location.hash.slice(1)));
   else connect();
 });
