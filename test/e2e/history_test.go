@@ -59,7 +59,7 @@ func outsiderKubeconfig(t *testing.T, ns string) string {
 	name := "outsider-" + ns
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{historyv1alpha1.GroupVersion.Group}, Resources: []string{"trainjobruns"}, Verbs: []string{"get", "list"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{historyv1alpha1.GroupVersion.Group}, Resources: []string{"trainjobruns"}, Verbs: []string{"get", "list"}}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

@@ -29,8 +29,8 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/controller"
-	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 	utiltesting "github.com/trainjob/operator/internal/testing"
+	operatorwebhook "github.com/trainjob/operator/internal/webhook"
 	"github.com/trainjob/operator/test/testenv"
 )
 
