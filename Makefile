@@ -127,14 +127,19 @@ console-screenshots: localcluster-assets realnode-assets ## Take the web console
 test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torchrun (Debian's python3-torch) on the real node: a 2-node gloo all-reduce under the operator's PET_* wiring, and an elastic training scaled from 1 node to 2 while it trains. Not in make test: its image is 1.2 GB.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test -tags torchrun ./test/e2e/ -count=1 -timeout 30m -v -run 'TestRealTorchrun'
 
+.PHONY: test-history-outage
+test-history-outage: envtest-assets realnode-deps ## Run the history's outage test at full size, on SQLite and PostgreSQL: 1,000 TrainJobs finish and are deleted while the history is down for 10 minutes; all recorded once, whole (make test-integration runs it with 30 and a second).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/integration/history/ -count=1 -timeout 60m -v -run 'TestHistory/.*/nothing' -outage-trainjobs=1000 -outage=10m
+
 .PHONY: test-reliability
 test-reliability: envtest-assets ## Run the reliability tests at full size: 1,000 TrainJobs through 20 kills of the manager (CI runs them smaller, in test-integration).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/reliability/ -count=1 -timeout 60m -v -chaos-trainjobs=1000 -chaos-kills=20 $(RELIABILITY_ARGS)
 
 .PHONY: bench
-bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, the operator against the API server's floor, and the progress endpoint under load (BENCH_ARGS="-trainjobs 10000", "-rate 100", "-restart").
-	$(GO) test ./internal/... -run '^$$' -bench . -benchmem
+bench: envtest-assets ## Run the benchmarks: the build pipeline per framework, the history at a million records, the operator against the API server's floor, and the progress endpoint under load (BENCH_ARGS="-trainjobs 10000", "-rate 100", "-restart", "-history").
+	$(GO) test ./internal/... -run '^$$' -bench . -benchmem -timeout 60m
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
+	$(GO) build -o $(LOCALBIN)/history ./cmd/history
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/bench/ -run '^$$' -bench . -benchtime 1x -timeout 3h $(BENCH_ARGS)
 
 # How many inputs `make fuzz` tries on each fuzz target (10-40 s each here). A count, not a

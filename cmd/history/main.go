@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/trainjob/operator/internal/controller"
 	"github.com/trainjob/operator/internal/history"
 	"github.com/trainjob/operator/internal/history/apiserver"
+	"github.com/trainjob/operator/internal/metricsauth"
 )
 
 var (
@@ -64,7 +66,7 @@ const databaseEnv = "TRAINJOB_HISTORY_DATABASE"
 func main() {
 	var (
 		database, probeAddr, metricsAddr string
-		leaderElect                      bool
+		leaderElect, secureMetrics       bool
 		leaderElectionNamespace          string
 		retention                        history.Retention
 		api                              apiserver.Options
@@ -77,7 +79,9 @@ func main() {
 	flag.IntVar(&retention.MaxRuns, "retention-max-runs", 1_000_000,
 		"Keep at most this many ended runs, the latest; 0 keeps them all.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the healthz and readyz probes bind to.")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address the metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address the metrics endpoint binds to, e.g. :8444; 0 disables it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS (a self-signed certificate), allowing only callers the API server authenticates and allows get on /metrics.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Run one recorder among replicas, by a Lease.")
 	flag.StringVar(&leaderElectionNamespace, "leader-elect-namespace", "", "Namespace of the Lease; the pod's own when empty.")
 	flag.StringVar(&api.BindAddress, "bind-address", "0.0.0.0", "Address the history's API server binds to.")
@@ -107,7 +111,7 @@ func main() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         history.CacheOptions(certOpts.Namespace),
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                       metricsOptions(metricsAddr, secureMetrics),
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              "trainjob-history.trainer.kubeflow.org",
@@ -174,4 +178,15 @@ func exitOn(err error, msg string) {
 		setupLog.Error(err, msg)
 		os.Exit(1)
 	}
+}
+
+// metricsOptions serve the metrics as the operator's manager does: over HTTPS, to callers allowed
+// get on /metrics (the trainjob-metrics-reader ClusterRole), over HTTP/1.1 only.
+func metricsOptions(addr string, secure bool) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: addr, SecureServing: secure}
+	if secure {
+		opts.FilterProvider = metricsauth.Filter
+		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	return opts
 }

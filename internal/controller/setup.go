@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	jobsetclient "sigs.k8s.io/jobset/client-go/clientset/versioned/typed/jobset/v1alpha2"
 
@@ -313,7 +316,23 @@ func newController(mgr ctrl.Manager, name string, owns func(*trainer.TrainJob) b
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 			SkipNameValidation:      &opts.SkipNameValidation,
+			RateLimiter:             retryLimiter(),
 		})
+}
+
+// MaxRetryDelay is the longest a TrainJob waits to be reconciled again after a failed reconcile.
+// The API server's passing errors (a throttled request, a 500, a timeout) are retried after 5 ms,
+// then twice as long each time up to this: client-go's default goes on to 1,000 s, which would
+// leave a TrainJob unbuilt for a quarter of an hour after a bad minute of its API server.
+const MaxRetryDelay = time.Minute
+
+// retryLimiter is controller-runtime's default limiter of a controller's retries with its
+// backoff capped at MaxRetryDelay: the same bucket of 10 a second (a burst of 100) over all of them.
+func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // hasStatus tells whether JobSet's controller wrote anything in a JobSet's status.

@@ -62,6 +62,7 @@ type Recorder struct {
 // SetupWithManager watches TrainJobs with the manager's cache and runs the recorder on its
 // leader.
 func (r *Recorder) SetupWithManager(mgr ctrl.Manager) error {
+	RegisterMetrics()
 	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
 		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "history"})
 	r.gone = map[types.NamespacedName][]*trainer.TrainJob{}
@@ -122,7 +123,9 @@ func (r *Recorder) Start(ctx context.Context) error {
 			}
 			batch = append(batch, key)
 		}
+		started := time.Now()
 		later, err := r.record(ctx, batch)
+		observeBatch(started, err)
 		for _, key := range batch {
 			switch {
 			case err != nil:
@@ -238,6 +241,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 	if err := r.Store.Put(ctx, writes); err != nil {
 		return nil, fmt.Errorf("writing %d records: %w", len(writes), err)
 	}
+	countWritten(prev, writes)
 	r.mu.Lock()
 	for key, n := range taken {
 		if rest := r.gone[key][n:]; len(rest) > 0 {

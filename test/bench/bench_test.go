@@ -47,6 +47,8 @@ var (
 		"after the population (whose manager holds every TrainJob unfinished at once, as no cluster does)")
 	watchedFloor = flag.Bool("watched-floor", false, "at size (-existing), measure each pair's floor a second time while this process holds plain caches of the kinds every operator "+
 		"of the workload's TrainJobs watches (TrainJobs, JobSets, a gang's PodGroups): what the floor costs with an operator's watches")
+	withHistory = flag.Bool("history", false, "also measure the operator with the history (bin/history, SQLite) recording every TrainJob beside it: each pair gets a third run, "+
+		"and the summary the medians of its ratios to the floor and to the operator without it")
 	existing = flag.Int("existing", 0, "TrainJobs made before the measured runs, mixed as a cluster holds them (of every ten: 7 finished, 2 suspended, 1 queued in Kueue); "+
 		"each workload's runs then share one API server, and the manager's restarts at that size are measured first")
 )
@@ -59,6 +61,8 @@ type comparison struct {
 	floor, operator *result
 	// watched is the floor again with an operator's watches (-watched-floor), or nil.
 	watched *result
+	// history is the operator again with the history recording beside it (-history), or nil.
+	history *result
 }
 
 func TestMain(m *testing.M) {
@@ -101,6 +105,9 @@ func BenchmarkOperator(b *testing.B) {
 			}
 			b.Run(c.workload+"/floor", func(b *testing.B) { c.floor = measure(b, w, floorWriter) })
 			b.Run(c.workload+"/operator", func(b *testing.B) { c.operator = measure(b, w, operatorWriter) })
+			if *withHistory {
+				b.Run(c.workload+"/operator+history", func(b *testing.B) { c.history = measureWithHistory(b, w) })
+			}
 			if c.floor != nil && c.operator != nil {
 				comparisons = append(comparisons, c)
 			}
@@ -134,6 +141,7 @@ func printComparisons(out io.Writer, cs []comparison) {
 	if *repeat > 1 {
 		printMedians(out, cs, "against the floor")
 	}
+	printHistory(out, cs)
 	for _, c := range cs {
 		fmt.Fprintf(out, "\n%s: API requests per TrainJob, by verb, resource and code\n", c.workload)
 		printRequests(out, c.floor, c.operator)
@@ -165,6 +173,22 @@ func printWatched(out io.Writer, cs []comparison) {
 			f.apiCPUPerTrainJob()/c.floor.apiCPUPerTrainJob())
 	}
 	_ = w.Flush()
+}
+
+// printHistory prints, for the pairs measured with the history too (-history), the medians of
+// the ratios of the operator with the history to the floor, and to the operator without it.
+func printHistory(out io.Writer, cs []comparison) {
+	cs = slices.DeleteFunc(slices.Clone(cs), func(c comparison) bool { return c.history == nil })
+	if len(cs) == 0 {
+		return
+	}
+	toFloor, toOperator := slices.Clone(cs), slices.Clone(cs)
+	for i, c := range cs {
+		toFloor[i].operator = c.history
+		toOperator[i].floor, toOperator[i].operator = c.operator, c.history
+	}
+	printMedians(out, toFloor, "the operator with the history, against the floor")
+	printMedians(out, toOperator, "the operator with the history, against the operator without it")
 }
 
 // printRequests prints the floor's and the operator's requests per TrainJob side by side.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -106,9 +107,9 @@ type bed struct {
 }
 
 // newBed starts a fresh API server for a workload's runs; the caller stops its cluster.
-func newBed(b *testing.B, w workload) *bed {
+func newBed(b *testing.B, w workload, opts ...testenv.Option) *bed {
 	ctx := context.Background()
-	cluster, fail := startCluster(b, testenv.WithoutJobSetWebhooks)
+	cluster, fail := startCluster(b, append([]testenv.Option{testenv.WithoutJobSetWebhooks}, opts...)...)
 	bd := &bed{cluster: cluster, fail: fail}
 	if err := cluster.Install(ctx, "config/runtimes"); err != nil {
 		fail(err)
@@ -145,6 +146,26 @@ func measure(b *testing.B, w workload, wr writer) *result {
 		}
 	}
 	return res
+}
+
+// measureWithHistory runs N TrainJobs of a workload through a fresh API server with the operator
+// and, beside it, the history (bin/history, as config/history runs it, with its RBAC and its API
+// aggregated) recording every TrainJob into SQLite.
+func measureWithHistory(b *testing.B, w workload) *result {
+	bd := newBed(b, w, testenv.WithAggregation)
+	defer bd.cluster.Stop()
+	mgr, err := startManager(bd.cluster)
+	if err != nil {
+		bd.fail(err)
+	}
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		bd.fail(err)
+	}
+	if err := bd.cluster.StartHistory(context.Background(), filepath.Join(assets, "history"), filepath.Join(b.TempDir(), "history.db")); err != nil {
+		bd.fail(err)
+	}
+	return bd.run(b, w, operatorWriter, "tj-", mgr, loadOptions{})
 }
 
 // run creates N TrainJobs of the workload named prefix and a number, at -rate, and measures until

@@ -5,6 +5,7 @@ package history
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
@@ -207,6 +209,10 @@ func aRunIsRecorded(t *testing.T, store *history.Store) {
 	require.NoError(t, err)
 	assert.NotNil(t, r.Deleted, "the record says when its TrainJob was deleted")
 	assert.Equal(t, trainer.TrainJobComplete, r.State)
+	// Its use and its end are in the history's metrics, once.
+	assert.InDelta(t, r.GPUSeconds, counter(t, "trainjob_history_gpu_seconds_total", map[string]string{"namespace": ns}), 0.001)
+	assert.InDelta(t, r.NodeSeconds, counter(t, "trainjob_history_node_seconds_total", map[string]string{"namespace": ns}), 0.001)
+	assert.Equal(t, 1.0, counter(t, "trainjob_history_runs_ended_total", map[string]string{"namespace": ns, "state": trainer.TrainJobComplete}))
 
 	// A TrainJob deleted without the finalizer (made before the history) is recorded from its
 	// last state.
@@ -217,10 +223,18 @@ func aRunIsRecorded(t *testing.T, store *history.Store) {
 	record(t, store, early, func(r *history.Record) bool { return r.Deleted != nil && r.State == trainer.TrainJobFailed })
 }
 
+// The size of the outage nothingIsLost makes: small in make test-integration, the 1,000
+// TrainJobs over 10 minutes in make test-history-outage.
+var (
+	outageTrainJobs = flag.Int("outage-trainjobs", 30, "TrainJobs that finish and are deleted while the history is down")
+	outageFor       = flag.Duration("outage", time.Second, "how long the history is down")
+)
+
 func nothingIsLost(t *testing.T, store *history.Store) {
 	ctx := context.Background()
 	ns := utiltesting.NewNamespace(t, k8sClient, "history")
-	const n = 30
+	n := *outageTrainJobs
+	down := time.Now()
 	var tjs []*trainer.TrainJob
 	for i := range n {
 		tj := newTrainJob(t, fmt.Sprint("run-", i), ns, true)
@@ -232,11 +246,13 @@ func nothingIsLost(t *testing.T, store *history.Store) {
 	for _, tj := range tjs {
 		require.NoError(t, k8sClient.Delete(ctx, tj))
 	}
-	time.Sleep(time.Second)
+	time.Sleep(max(time.Second, *outageFor-time.Since(down)))
 	for _, tj := range tjs {
 		got := &trainer.TrainJob{}
 		require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), got), "%s went before it was recorded", tj.Name)
 	}
+	t.Logf("%d TrainJobs finished and deleted while the history was down for %s", n, time.Since(down).Round(time.Second))
+	back := time.Now()
 
 	startRecorder(t, store)
 	for i, tj := range tjs {
@@ -248,9 +264,20 @@ func nothingIsLost(t *testing.T, store *history.Store) {
 		assert.NotNil(t, r.Deleted)
 		assert.Equal(t, "alice", r.Creator)
 	}
-	page, err := store.List(ctx, history.Query{Namespace: ns})
-	require.NoError(t, err)
-	assert.Len(t, page.Records, n, "one record per run, no duplicates")
+	t.Logf("all recorded and released %s after the history came back", time.Since(back).Round(time.Millisecond))
+	uids := map[string]bool{}
+	for q := (history.Query{Namespace: ns}); ; {
+		page, err := store.List(ctx, q)
+		require.NoError(t, err)
+		for _, r := range page.Records {
+			assert.False(t, uids[r.UID], "%s is recorded twice", r.Name)
+			uids[r.UID] = true
+		}
+		if q.Continue = page.Continue; q.Continue == "" {
+			break
+		}
+	}
+	assert.Len(t, uids, n, "one record per run")
 }
 
 func aRestartWritesNothing(t *testing.T, store *history.Store) {
@@ -283,4 +310,26 @@ func aRestartWritesNothing(t *testing.T, store *history.Store) {
 		require.NoError(t, k8sClient.Delete(ctx, tj))
 		gone(t, tj)
 	}
+}
+
+// counter is the value of a counter of the history's metrics with these labels, 0 if none.
+func counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
