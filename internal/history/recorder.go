@@ -33,7 +33,7 @@ const (
 	// ProgressEvery is how often a run's progress alone is written: a record whose other parts
 	// did not change waits that long after its last write.
 	ProgressEvery = time.Minute
-	// PruneEvery is how often retention runs.
+	// PruneEvery is how often retention runs, and the database's statistics are brought up to date.
 	PruneEvery = time.Hour
 )
 
@@ -145,18 +145,20 @@ func (r *Recorder) Start(ctx context.Context) error {
 }
 
 func (r *Recorder) prune(ctx context.Context) {
-	if r.Retention == (Retention{}) {
-		return
-	}
 	log := ctrl.LoggerFrom(ctx).WithName("history")
 	ticker := time.NewTicker(PruneEvery)
 	defer ticker.Stop()
 	for {
-		n, err := r.Store.Prune(ctx, r.Retention, r.Now())
-		if err != nil {
-			log.Error(err, "Forgetting old runs failed")
-		} else if n > 0 {
-			log.Info("Forgot old runs", "runs", n)
+		if r.Retention != (Retention{}) {
+			n, err := r.Store.Prune(ctx, r.Retention, r.Now())
+			if err != nil {
+				log.Error(err, "Forgetting old runs failed")
+			} else if n > 0 {
+				log.Info("Forgot old runs", "runs", n)
+			}
+		}
+		if err := r.Store.Optimize(ctx); err != nil && ctx.Err() == nil {
+			log.Error(err, "Updating the database's statistics failed")
 		}
 		select {
 		case <-ctx.Done():
