@@ -40,13 +40,14 @@ manifests: controller-gen ## Generate the CRDs, RBAC and webhook configurations 
 	@$(MAKE) --no-print-directory chart-files
 
 .PHONY: chart-files
-chart-files: kustomize ## Copy into the Helm chart what config/ generates or ships: CRDs, the manager's RBAC, webhook configurations, runtimes, the SDK's public ConfigMap.
+chart-files: kustomize ## Copy into the Helm chart what config/ generates or ships: CRDs, the manager's and the history's RBAC, webhook configurations, runtimes, the SDK's public ConfigMap.
 	@# One source of truth: the chart's templates read these copies, never a hand-edited duplicate.
 	@# crds/ and files/ hold only copies; make verify and test/helm fail when they are stale.
 	@rm -rf $(CHART)/crds $(CHART)/files
-	@mkdir -p $(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook $(CHART)/files/runtimes $(CHART)/files/public
+	@mkdir -p $(CHART)/crds $(CHART)/files/rbac $(CHART)/files/history $(CHART)/files/webhook $(CHART)/files/runtimes $(CHART)/files/public
 	@cp config/crd/bases/*.yaml $(CHART)/crds/
 	@cp config/rbac/role.yaml $(CHART)/files/rbac/
+	@cp config/history/rbac/role.yaml $(CHART)/files/history/
 	@cp config/webhook/manifests.yaml $(CHART)/files/webhook/
 	@cd config/runtimes && find . -name '*.yaml' ! -name kustomization.yaml -exec cp --parents {} $(CURDIR)/$(CHART)/files/runtimes/ \;
 	@$(KUSTOMIZE) build config/public > $(CHART)/files/public/public.yaml

@@ -67,6 +67,8 @@ func main() {
 	var (
 		database, probeAddr, metricsAddr string
 		leaderElect, secureMetrics       bool
+		qps                              float64
+		burst                            int
 		leaderElectionNamespace          string
 		retention                        history.Retention
 		api                              apiserver.Options
@@ -82,6 +84,8 @@ func main() {
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address the metrics endpoint binds to, e.g. :8444; 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"Serve metrics over HTTPS (a self-signed certificate), allowing only callers the API server authenticates and allows get on /metrics.")
+	flag.Float64Var(&qps, "kube-api-qps", history.DefaultKubeAPIQPS, "Queries per second the history may send to the API server.")
+	flag.IntVar(&burst, "kube-api-burst", history.DefaultKubeAPIBurst, "Queries the history may send to the API server at once, above --kube-api-qps.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Run one recorder among replicas, by a Lease.")
 	flag.StringVar(&leaderElectionNamespace, "leader-elect-namespace", "", "Namespace of the Lease; the pod's own when empty.")
 	flag.StringVar(&api.BindAddress, "bind-address", "0.0.0.0", "Address the history's API server binds to.")
@@ -108,7 +112,9 @@ func main() {
 	defer store.Close()
 
 	certOpts.Namespace = os.Getenv("POD_NAMESPACE")
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         history.CacheOptions(certOpts.Namespace),
 		Metrics:                       metricsOptions(metricsAddr, secureMetrics),

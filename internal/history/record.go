@@ -131,7 +131,12 @@ func Observe(prev *Record, tj *trainer.TrainJob, shape Shape, now time.Time) *Re
 	}
 	r.UID, r.Namespace, r.Name = string(tj.UID), tj.Namespace, tj.Name
 	r.Labels = boundLabels(tj.Labels)
-	r.Creator = tj.Annotations[trainer.CreatorAnnotation] // A TrainJob admitted without the webhook has none.
+	// A TrainJob admitted without the webhook has none. The first creator recorded stays: the
+	// webhook keeps the annotation through every update, but a TrainJob being deleted may be
+	// changed while the operator's webhook is away.
+	if r.Creator == "" {
+		r.Creator = tj.Annotations[trainer.CreatorAnnotation]
+	}
 	r.Created = tj.CreationTimestamp.UTC()
 	r.Queue = tj.Labels[trainer.KueueQueueLabel]
 	r.Runtime.Kind, r.Runtime.Name = runtimeRef(tj)

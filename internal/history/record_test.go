@@ -175,5 +175,11 @@ func TestObserve(t *testing.T) {
 		tj.Labels["creator"] = "mallory"
 		delete(tj.Annotations, trainer.CreatorAnnotation)
 		require.Empty(t, Observe(nil, tj, shape, at(0)).Creator)
+
+		// Once recorded, it stays: an annotation changed later (while the webhook is away) is not taken.
+		first := Observe(nil, trainJob(), shape, at(0))
+		changed := trainJob()
+		changed.Annotations[trainer.CreatorAnnotation] = "mallory"
+		require.Equal(t, "alice@example.com", Observe(first, changed, shape, at(1)).Creator)
 	})
 }

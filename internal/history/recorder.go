@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +36,14 @@ const (
 	// ProgressEvery is how often a run's progress alone is written: a record whose other parts
 	// did not change waits that long after its last write.
 	ProgressEvery = time.Minute
+	// releaseConcurrency is how many deleted TrainJobs the recorder releases at once.
+	releaseConcurrency = 16
+	// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the history's requests a second to the API
+	// server (cmd/history's --kube-api-qps and --kube-api-burst): client-go's 5, or
+	// controller-runtime's 20, would keep 200 deletions a second waiting for their release, and
+	// 200 new TrainJobs a second for the read of their JobSet.
+	DefaultKubeAPIQPS   = 300
+	DefaultKubeAPIBurst = 300
 	// PruneEvery is how often retention runs, and the database's statistics are brought up to date.
 	PruneEvery = time.Hour
 )
@@ -57,6 +68,9 @@ type Recorder struct {
 	// gone holds TrainJobs deleted without the finalizer (made before the history, or the
 	// finalizer taken off) until their last state is recorded.
 	gone map[types.NamespacedName][]*trainer.TrainJob
+	// leading is set once this replica records: a replica that waits for the lead queues and
+	// keeps nothing (it would keep every deleted TrainJob for as long as it waits).
+	leading atomic.Bool
 }
 
 // SetupWithManager watches TrainJobs with the manager's cache and runs the recorder on its
@@ -74,7 +88,7 @@ func (r *Recorder) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	enqueue := func(obj any) {
-		if tj, ok := obj.(*trainer.TrainJob); ok {
+		if tj, ok := obj.(*trainer.TrainJob); ok && r.leading.Load() {
 			r.queue.Add(client.ObjectKeyFromObject(tj))
 		}
 	}
@@ -85,7 +99,7 @@ func (r *Recorder) SetupWithManager(mgr ctrl.Manager) error {
 			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if tj, ok := obj.(*trainer.TrainJob); ok {
+			if tj, ok := obj.(*trainer.TrainJob); ok && r.leading.Load() {
 				key := client.ObjectKeyFromObject(tj)
 				r.mu.Lock()
 				r.gone[key] = append(r.gone[key], tj)
@@ -109,6 +123,16 @@ func (r *Recorder) Start(ctx context.Context) error {
 		<-ctx.Done()
 		r.queue.ShutDown()
 	}()
+	// From now on the events queue their TrainJobs; those the cache holds already are queued
+	// here (a restarted recorder writes nothing for those that did not change).
+	r.leading.Store(true)
+	all := &trainer.TrainJobList{}
+	if err := r.Client.List(ctx, all); err != nil {
+		return fmt.Errorf("listing the TrainJobs to record: %w", err)
+	}
+	for i := range all.Items {
+		r.queue.Add(client.ObjectKeyFromObject(&all.Items[i]))
+	}
 	go r.prune(ctx)
 	for {
 		key, shutdown := r.queue.Get()
@@ -124,11 +148,14 @@ func (r *Recorder) Start(ctx context.Context) error {
 			batch = append(batch, key)
 		}
 		started := time.Now()
-		later, err := r.record(ctx, batch)
+		later, failed, err := r.record(ctx, batch)
 		observeBatch(started, err)
 		for _, key := range batch {
 			switch {
 			case err != nil:
+				r.queue.AddRateLimited(key)
+			case failed[key] != nil:
+				log.Error(failed[key], "Recording a TrainJob failed; trying again", "trainJob", key)
 				r.queue.AddRateLimited(key)
 			case later[key] > 0:
 				r.queue.Forget(key)
@@ -169,9 +196,11 @@ func (r *Recorder) prune(ctx context.Context) {
 }
 
 // record writes the records of the TrainJobs of keys in one transaction, then removes the
-// finalizer of those deleted. It returns the keys to look at again later: those whose
-// progress alone changed since a recent write.
-func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map[types.NamespacedName]time.Duration, error) {
+// finalizer of those deleted. It returns the keys to look at again later (those whose progress
+// alone changed since a recent write), and those that failed on their own: a TrainJob whose
+// record cannot be made or written, or that cannot be released, fails alone, never its batch.
+// err is a failure of the whole batch (the database or the API server away).
+func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (later map[types.NamespacedName]time.Duration, failed map[types.NamespacedName]error, err error) {
 	now := r.Now()
 	var seen []*trainer.TrainJob
 	// taken counts the deleted TrainJobs of each key this batch records: those deleted again
@@ -183,7 +212,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		default:
 			seen = append(seen, tj)
 		}
@@ -207,20 +236,24 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 	}
 	stored, err := r.Store.GetMany(ctx, uids)
 	if err != nil {
-		return nil, fmt.Errorf("reading the records of %d TrainJobs: %w", len(uids), err)
+		return nil, nil, fmt.Errorf("reading the records of %d TrainJobs: %w", len(uids), err)
 	}
 	prev := make(map[string]*Record, len(stored))
 	for _, rec := range stored {
 		prev[rec.UID] = rec
 	}
-	later := map[types.NamespacedName]time.Duration{}
+	later, failed = map[types.NamespacedName]time.Duration{}, map[types.NamespacedName]error{}
 	var writes []*Record
 	var release []*trainer.TrainJob
+	keyOf := map[string]types.NamespacedName{}
 	for _, tj := range seen {
+		key := client.ObjectKeyFromObject(tj)
+		keyOf[string(tj.UID)] = key
 		p := prev[string(tj.UID)]
 		shape, err := r.shape(ctx, tj, p)
 		if err != nil {
-			return nil, err
+			failed[key] = err
+			continue
 		}
 		rec := Observe(p, tj, shape, now)
 		if p != nil && !rec.Observed.After(p.Observed) {
@@ -241,11 +274,30 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 		}
 	}
 	if err := r.Store.Put(ctx, writes); err != nil {
-		return nil, fmt.Errorf("writing %d records: %w", len(writes), err)
+		// One record the database refuses must not keep the others out: each alone, then.
+		if len(writes) == 1 || ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("writing %d records: %w", len(writes), err)
+		}
+		var ok []*Record
+		for _, rec := range writes {
+			if err := r.Store.Put(ctx, []*Record{rec}); err != nil {
+				failed[keyOf[rec.UID]] = fmt.Errorf("writing its record: %w", err)
+				continue
+			}
+			ok = append(ok, rec)
+		}
+		if len(ok) == 0 {
+			return nil, nil, fmt.Errorf("writing %d records: %w", len(writes), err)
+		}
+		writes = ok
 	}
 	countWritten(prev, writes)
+	release = slices.DeleteFunc(release, func(tj *trainer.TrainJob) bool { return failed[client.ObjectKeyFromObject(tj)] != nil })
 	r.mu.Lock()
 	for key, n := range taken {
+		if failed[key] != nil {
+			continue // its deleted TrainJobs stay for the next try
+		}
 		if rest := r.gone[key][n:]; len(rest) > 0 {
 			r.gone[key] = rest
 		} else {
@@ -253,15 +305,28 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (map
 		}
 	}
 	r.mu.Unlock()
+	// The releases are a patch each, apart: several at once, or a batch of deletions would wait
+	// on the API server's round trips one after another.
+	var releases errgroup.Group
+	releases.SetLimit(releaseConcurrency)
+	var releaseFailures sync.Map
 	for _, tj := range release {
-		if err := r.releaseTrainJob(ctx, tj); err != nil {
-			return nil, err
-		}
+		releases.Go(func() error {
+			if err := r.releaseTrainJob(ctx, tj); err != nil {
+				releaseFailures.Store(client.ObjectKeyFromObject(tj), err)
+			}
+			return nil
+		})
 	}
+	_ = releases.Wait()
+	releaseFailures.Range(func(key, err any) bool {
+		failed[key.(types.NamespacedName)] = err.(error)
+		return true
+	})
 	if len(writes) > 0 {
 		ctrl.LoggerFrom(ctx).V(2).Info("Recorded TrainJobs", "records", len(writes), "released", len(release))
 	}
-	return later, nil
+	return later, failed, nil
 }
 
 // releaseTrainJob removes the history's finalizer from a deleted TrainJob whose record is

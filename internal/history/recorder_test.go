@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 )
@@ -38,7 +41,7 @@ func TestTheRecorderKeepsTheLatestWhateverTheClocks(t *testing.T) {
 	r := &Recorder{Client: c, Reader: c, Store: store, Now: func() time.Time { return at(7) },
 		gone: map[types.NamespacedName][]*trainer.TrainJob{}}
 	key := client.ObjectKeyFromObject(tj)
-	_, err = r.record(ctx, []types.NamespacedName{key})
+	_, _, err = r.record(ctx, []types.NamespacedName{key})
 	require.NoError(t, err)
 	got, err := store.Get(ctx, string(tj.UID))
 	require.NoError(t, err)
@@ -54,10 +57,10 @@ func TestTheRecorderKeepsTheLatestWhateverTheClocks(t *testing.T) {
 	second := trainJob()
 	second.UID, second.CreationTimestamp = "second", metav1.NewTime(at(10))
 	r.gone[key] = []*trainer.TrainJob{first}
-	_, err = r.record(ctx, []types.NamespacedName{key})
+	_, _, err = r.record(ctx, []types.NamespacedName{key})
 	require.NoError(t, err)
 	r.gone[key] = append(r.gone[key], second)
-	_, err = r.record(ctx, []types.NamespacedName{key})
+	_, _, err = r.record(ctx, []types.NamespacedName{key})
 	require.NoError(t, err)
 	for _, uid := range []string{"first", "second"} {
 		rec, err := store.Get(ctx, uid)
@@ -65,4 +68,50 @@ func TestTheRecorderKeepsTheLatestWhateverTheClocks(t *testing.T) {
 		require.NotNil(t, rec.Deleted, uid)
 	}
 	require.Empty(t, r.gone)
+}
+
+// A TrainJob whose record cannot be made fails alone: the others of its batch are recorded and
+// released, and it stays, with its finalizer, to be tried again.
+func TestOneTrainJobFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	store, err := Open(ctx, filepath.Join(t.TempDir(), "history.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	scheme := runtime.NewScheme()
+	require.NoError(t, trainer.AddToScheme(scheme))
+	require.NoError(t, jobsetv1alpha2.AddToScheme(scheme))
+	var tjs []*trainer.TrainJob
+	for _, name := range []string{"good", "bad"} {
+		tj := trainJob()
+		tj.Name, tj.UID = name, types.UID(name)
+		tj.Finalizers = []string{trainer.HistoryFinalizer}
+		finish(tj, trainer.TrainJobComplete, 5)
+		tj.DeletionTimestamp = mt(6)
+		tj.Status.ObservedGeneration = 1 // its JobSet is made: the history reads it
+		tjs = append(tjs, tj)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tjs[0], tjs[1]).Build()
+	// The JobSet of bad cannot be read, whatever the reason.
+	reader := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).Build().(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if key.Name == "bad" {
+				return errors.New("the API server is in a bad mood")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := &Recorder{Client: c, Reader: reader, Store: store, Now: func() time.Time { return at(7) },
+		gone: map[types.NamespacedName][]*trainer.TrainJob{}}
+	good, bad := client.ObjectKeyFromObject(tjs[0]), client.ObjectKeyFromObject(tjs[1])
+	_, failed, err := r.record(ctx, []types.NamespacedName{bad, good})
+	require.NoError(t, err, "no failure of the batch")
+	require.Len(t, failed, 1)
+	require.ErrorContains(t, failed[bad], "bad mood")
+	_, err = store.Get(ctx, "good")
+	require.NoError(t, err, "good is recorded")
+	err = c.Get(ctx, good, &trainer.TrainJob{})
+	require.True(t, client.IgnoreNotFound(err) == nil && err != nil, "good is released: %v", err)
+	_, err = store.Get(ctx, "bad")
+	require.ErrorIs(t, err, ErrNotFound)
+	require.NoError(t, c.Get(ctx, bad, &trainer.TrainJob{}), "bad waits for its record")
 }

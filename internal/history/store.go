@@ -36,7 +36,15 @@ const MaxRecordBytes = 64 << 10
 type Store struct {
 	db       *sql.DB
 	postgres bool
+	// readers holds a slot for each read of the API (List, Get, UsageBy) in flight: they take at
+	// most maxConnections-2 of the connections, so that the writer, whom deleted TrainJobs wait
+	// for, always has one, however many users list at once.
+	readers chan struct{}
 }
+
+// maxConnections bounds the history's connections to its database (PostgreSQL's default
+// max_connections is 100, shared with everything else on it).
+const maxConnections = 16
 
 // Open opens the database at location and brings its schema up to date: a PostgreSQL URL
 // (postgres:// or postgresql://), else a SQLite file, as a path or a sqlite: URL.
@@ -57,6 +65,9 @@ func Open(ctx context.Context, location string) (*Store, error) {
 			return nil, err
 		}
 		opts = append(opts, goose.WithSessionLocker(locker))
+	case strings.HasPrefix(strings.TrimSpace(location), "host=") || strings.Contains(location, "password="):
+		// libpq's key=value form would be taken for a file's name, and its password logged.
+		return nil, errors.New("give PostgreSQL's location as a postgres:// URL, not as key=value settings")
 	default:
 		path := strings.TrimPrefix(strings.TrimPrefix(location, "sqlite://"), "sqlite:")
 		if path == "" {
@@ -74,6 +85,8 @@ func Open(ctx context.Context, location string) (*Store, error) {
 		}
 		s.db, dialect = db, goose.DialectSQLite3
 	}
+	s.db.SetMaxOpenConns(maxConnections)
+	s.readers = make(chan struct{}, maxConnections-2)
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
 		return nil, err
@@ -141,9 +154,9 @@ func (s *Store) Put(ctx context.Context, records []*Record) error {
 		if !written[r.UID] {
 			continue // the stored record is newer
 		}
-		uids = append(uids, r.UID)
+		uids = append(uids, text(r.UID))
 		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
-			rows = append(rows, [3]any{r.UID, k, r.Labels[k]})
+			rows = append(rows, [3]any{text(r.UID), text(k), text(r.Labels[k])})
 		}
 	}
 	for chunk := range slices.Chunk(uids, putChunk*3) {
@@ -199,8 +212,8 @@ func upsertRuns(ctx context.Context, tx *sql.Tx, records []*Record, written map[
 			return err
 		}
 		values[i] = "(" + marks(len(args)+1, columns) + ")"
-		args = append(args, r.UID, r.Namespace, r.Name, r.Creator, r.Runtime.Kind, r.Runtime.Name,
-			r.Framework, r.Queue, r.State, r.Reason, millis(&r.Created), millis(r.Ended()), millis(r.RunningSince),
+		args = append(args, text(r.UID), text(r.Namespace), text(r.Name), text(r.Creator), text(r.Runtime.Kind), text(r.Runtime.Name),
+			text(r.Framework), text(r.Queue), text(r.State), text(r.Reason), millis(&r.Created), millis(r.Ended()), millis(r.RunningSince),
 			r.Nodes, r.GPUsPerNode, r.NodeSeconds, r.GPUSeconds, r.Observed.UnixMilli(), body)
 	}
 	rows, err := tx.QueryContext(ctx, `
@@ -230,6 +243,11 @@ RETURNING uid`, args...)
 	}
 	return rows.Err()
 }
+
+// text is a string as a column holds it: PostgreSQL refuses the NUL character in text, which no
+// name has, but which a runtime's name may carry (its schema bounds only its length). The record's
+// JSON keeps it, escaped.
+func text(s string) string { return strings.ReplaceAll(s, "\x00", "") }
 
 // marks are n numbered parameters from $first, comma-separated.
 func marks(first, n int) string {
@@ -273,11 +291,26 @@ func millis(t *time.Time) *int64 {
 	return &ms
 }
 
+// read takes a reader's slot, waiting for one as long as ctx allows; done gives it back.
+func (s *Store) read(ctx context.Context) (done func(), err error) {
+	select {
+	case s.readers <- struct{}{}:
+		return func() { <-s.readers }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // ErrNotFound is returned for a run the history does not hold.
 var ErrNotFound = errors.New("no such run in the history")
 
 // Get is the record of the run with uid.
 func (s *Store) Get(ctx context.Context, uid string) (*Record, error) {
+	done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	records, err := s.GetMany(ctx, []string{uid})
 	if err != nil {
 		return nil, err
@@ -358,6 +391,11 @@ type Page struct {
 
 // List is a page of the runs q selects.
 func (s *Store) List(ctx context.Context, q Query) (*Page, error) {
+	done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -394,6 +432,9 @@ func (s *Store) List(ctx context.Context, q Query) (*Page, error) {
 	}
 	if q.Labels != nil {
 		reqs, _ := q.Labels.Requirements()
+		if len(reqs) > maxSelectorRequirements {
+			return nil, fmt.Errorf("%w: a label selector of %d requirements: at most %d", ErrBadSelector, len(reqs), maxSelectorRequirements)
+		}
 		for _, req := range reqs {
 			cond, err := labelCondition(req, arg)
 			if err != nil {
@@ -431,6 +472,13 @@ func (s *Store) List(ctx context.Context, q Query) (*Page, error) {
 	return page, nil
 }
 
+// Bounds of a label selector the history answers: its parameters stay well within what SQLite and
+// PostgreSQL take.
+const (
+	maxSelectorValues       = 100
+	maxSelectorRequirements = 20
+)
+
 // labelCondition is the SQL condition of one requirement of a label selector.
 func labelCondition(req labels.Requirement, arg func(any) string) (string, error) {
 	has := func(values []string) string {
@@ -445,6 +493,9 @@ func labelCondition(req labels.Requirement, arg func(any) string) (string, error
 		return cond + ")"
 	}
 	values := req.ValuesUnsorted()
+	if len(values) > maxSelectorValues {
+		return "", fmt.Errorf("%w: label selector %q: at most %d values", ErrBadSelector, req.Key(), maxSelectorValues)
+	}
 	switch req.Operator() {
 	case selection.Equals, selection.DoubleEquals, selection.In:
 		return has(values), nil
@@ -514,6 +565,11 @@ func (s *Store) UsageBy(ctx context.Context, q UsageQuery) ([]Usage, error) {
 	if !ok {
 		return nil, fmt.Errorf("usage by %q: by namespace, creator or runtime", q.By)
 	}
+	done, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)

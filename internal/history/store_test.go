@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -91,6 +92,32 @@ func TestStore(t *testing.T) {
 				}
 				_, err = s.Get(ctx, "nope")
 				require.ErrorIs(t, err, ErrNotFound)
+			})
+
+			t.Run("a label selector too large is refused as one", func(t *testing.T) {
+				s := open(t)
+				values := make([]string, 101)
+				for i := range values {
+					values[i] = fmt.Sprint("v", i)
+				}
+				_, err := s.List(ctx, Query{Labels: mustSelector(t, "team in ("+strings.Join(values, ",")+")")})
+				require.ErrorIs(t, err, ErrBadSelector)
+				_, err = s.List(ctx, Query{Labels: mustSelector(t, "team in ("+strings.Join(values[:100], ",")+")")})
+				require.NoError(t, err)
+			})
+
+			t.Run("a NUL in a runtime's name, which PostgreSQL's text refuses, is written and read back", func(t *testing.T) {
+				s := open(t)
+				r := run("u1", "team-a", "bert", t0, trainer.TrainJobRunning)
+				r.Runtime.Name = "torch\x00distributed"
+				good := run("u2", "team-a", "gpt", t0, trainer.TrainJobRunning)
+				require.NoError(t, s.Put(ctx, []*Record{r, good}))
+				got, err := s.Get(ctx, "u1")
+				require.NoError(t, err)
+				assert.Equal(t, r.Runtime.Name, got.Runtime.Name, "the record keeps it")
+				page, err := s.List(ctx, Query{Runtime: "torchdistributed"})
+				require.NoError(t, err)
+				assert.Len(t, page.Records, 1, "the column drops it")
 			})
 
 			t.Run("a newer observation replaces a record, an older one or an unended one after its end does not", func(t *testing.T) {
@@ -285,4 +312,12 @@ func mustSelector(t *testing.T, s string) labels.Selector {
 	sel, err := labels.Parse(s)
 	require.NoError(t, err)
 	return sel
+}
+
+// PostgreSQL given as libpq's key=value settings is refused, its password unsaid: it would be
+// taken for a SQLite file's name.
+func TestKeyValueSettingsAreRefused(t *testing.T) {
+	_, err := Open(context.Background(), "host=db.example.com user=history password=s3cret dbname=history")
+	require.ErrorContains(t, err, "postgres:// URL")
+	assert.NotContains(t, err.Error(), "s3cret")
 }

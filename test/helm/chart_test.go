@@ -59,6 +59,16 @@ func TestRuntimesRenderTheShippedRuntimes(t *testing.T) {
 }
 
 // TestValues renders the chart with each value set, and checks the objects it is for.
+// TestHistoryRendersTheHistoryInstall: history.enabled renders config/history, the operator and
+// its history; but for the volume of the runs, which the chart keeps when its release goes.
+func TestHistoryRendersTheHistoryInstall(t *testing.T) {
+	got := render(t, namespace, "--set", "history.enabled=true")
+	pvc := find(t, got, "PersistentVolumeClaim", "trainjob-history")
+	assert.Equal(t, map[string]string{"helm.sh/resource-policy": "keep"}, pvc.GetAnnotations())
+	unstructured.RemoveNestedField(pvc.Object, "metadata", "annotations")
+	assertSameObjects(t, withoutNamespace(t, kustomize(t, "history")), got)
+}
+
 func TestValues(t *testing.T) {
 	cases := map[string]struct {
 		namespace string
@@ -196,6 +206,36 @@ func TestValues(t *testing.T) {
 				assert.Equal(t, map[string]string{"kubectl.kubernetes.io/default-container": "manager", "team": "ml"}, pod.Annotations)
 			},
 		},
+		"the history on PostgreSQL, two replicas, no volume": {
+			flags: sets("history.enabled=true", "history.replicas=2", "history.database.secretName=history-db", "history.retentionMaxAge=720h",
+				"history.retentionMaxRuns=50000"),
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				assert.Nil(t, lookup(objs, "PersistentVolumeClaim", "trainjob-history"))
+				d := &appsv1.Deployment{}
+				convert(t, find(t, objs, "Deployment", "trainjob-history"), d)
+				assert.Equal(t, ptr.To[int32](2), d.Spec.Replicas)
+				assert.Empty(t, d.Spec.Strategy.Type, "Recreate is for SQLite's volume")
+				c := d.Spec.Template.Spec.Containers[0]
+				assert.Equal(t, []string{"--leader-elect", "--health-probe-bind-address=:8081", "--secure-port=8443", "--metrics-bind-address=:8444",
+					"--retention-max-age=720h", "--retention-max-runs=50000"}, c.Args)
+				assert.Contains(t, c.Env, corev1.EnvVar{Name: "TRAINJOB_HISTORY_DATABASE", ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "history-db"}, Key: "url"}}})
+				assert.Equal(t, "POD_NAMESPACE", c.Env[0].Name)
+				assert.Len(t, d.Spec.Template.Spec.Volumes, 1, "the serving certificate's alone")
+				assert.Contains(t, container(t, objs).Args, "--history")
+			},
+		},
+		"the history in a namespace of its release": {
+			namespace: "ml-platform",
+			flags:     sets("history.enabled=true"),
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				api := find(t, objs, "APIService", "v1alpha1.history.trainer.kubeflow.org")
+				ns, _, _ := unstructured.NestedString(api.Object, "spec", "service", "namespace")
+				assert.Equal(t, "ml-platform", ns)
+				assert.Equal(t, "kube-system", find(t, objs, "RoleBinding", "trainjob-history-auth-reader").GetNamespace())
+				assert.NotContains(t, dump(t, objs), "trainjob-system")
+			},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -219,6 +259,10 @@ func TestRefusedValues(t *testing.T) {
 			set:  []string{"replicas=2", "leaderElection.enabled=false"},
 			want: "replicas above 1 need leaderElection.enabled",
 		},
+		"a history of two replicas on SQLite": {
+			set:  []string{"history.enabled=true", "history.replicas=2"},
+			want: "history.replicas above 1 need PostgreSQL",
+		},
 		"a misspelt value":           {set: []string{"replica=2"}, want: "additional properties 'replica' not allowed"},
 		"an unknown conditions mode": {set: []string{"manager.conditions=most"}, want: "/manager/conditions"},
 		"a rate that is no number":   {set: []string{"manager.kubeAPIQPS=fast"}, want: "/manager/kubeAPIQPS"},
@@ -236,7 +280,7 @@ func TestRefusedValues(t *testing.T) {
 func TestLint(t *testing.T) {
 	chart, err := testenv.ChartDir()
 	require.NoError(t, err)
-	for _, values := range [][]string{nil, {"--set", "webhook.certManager.enabled=true", "--set", "runtimes.enabled=true"}} {
+	for _, values := range [][]string{nil, {"--set", "webhook.certManager.enabled=true", "--set", "runtimes.enabled=true", "--set", "history.enabled=true"}} {
 		out, err := testenv.Helm(context.Background(), append([]string{"lint", "--strict", chart}, values...)...)
 		require.NoError(t, err, "%s", out)
 	}
@@ -251,6 +295,7 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 	for copies, sources := range map[string]string{
 		"crds":           "crd/bases",
 		"files/rbac":     "rbac/role.yaml",
+		"files/history":  "history/rbac/role.yaml",
 		"files/webhook":  "webhook/manifests.yaml",
 		"files/runtimes": "runtimes",
 	} {

@@ -112,6 +112,7 @@ func (c *Cluster) StartRecorder(ctx context.Context, store *history.Store) (stop
 	if err != nil {
 		return nil, err
 	}
+	cfg.QPS, cfg.Burst = history.DefaultKubeAPIQPS, history.DefaultKubeAPIBurst // cmd/history's
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: Scheme, Cache: history.CacheOptions(OperatorNamespace),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",

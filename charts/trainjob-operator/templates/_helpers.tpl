@@ -21,6 +21,12 @@ app.kubernetes.io/name: trainjob-operator
 control-plane: controller-manager
 {{- end }}
 
+{{- /* The labels of the history's pods, which its Deployment and Service select. */ -}}
+{{- define "trainjob-operator.historySelectorLabels" -}}
+app.kubernetes.io/name: trainjob-operator
+app.kubernetes.io/component: history
+{{- end }}
+
 {{- /*
 The YAML documents of a file of the chart (a copy of config/, see the Makefile's chart-files),
 each parsed into a map: generated manifests the templates render with the release's names.

@@ -126,11 +126,18 @@ var states = []string{"Pending", "Created", "Running", "Suspended", "Complete", 
 var errNone = errors.New("no run")
 
 func (r *runs) selectFields(q *history.Query, selector fields.Selector) error {
+	seen := map[string]bool{}
 	for _, req := range selector.Requirements() {
 		if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals &&
 			(req.Operator != selection.NotEquals || req.Field != "status.state") {
 			return fmt.Errorf("field selector %q: the history selects by %s with =, and status.state with != too", req.Field+string(req.Operator)+req.Value, strings.Join(FieldSelectors, ", "))
 		}
+		// Each field once: the terms of a selector all hold, and the authorizer checked the
+		// run's name as the selector gave it.
+		if seen[req.Field] {
+			return fmt.Errorf("field selector: %s is given twice; the history takes each field once", req.Field)
+		}
+		seen[req.Field] = true
 		switch req.Field {
 		case "metadata.namespace":
 			if q.Namespace != "" && q.Namespace != req.Value {
@@ -142,9 +149,15 @@ func (r *runs) selectFields(q *history.Query, selector fields.Selector) error {
 			if m == nil {
 				return fmt.Errorf("field selector metadata.name=%s: a run's name is its TrainJob's and a dot and 8 characters of its UID: select a TrainJob's runs by spec.trainJobName", req.Value)
 			}
-			q.Name = strings.TrimSuffix(req.Value, m[0])
-			q.UIDPrefix = m[1]
+			name := strings.TrimSuffix(req.Value, m[0])
+			if q.Name != "" && q.Name != name {
+				return errNone // the run of another TrainJob than spec.trainJobName's
+			}
+			q.Name, q.UIDPrefix = name, m[1]
 		case "spec.trainJobName":
+			if q.Name != "" && q.Name != req.Value {
+				return errNone // the run of another TrainJob than metadata.name's
+			}
 			q.Name = req.Value
 		case "spec.creator":
 			q.Creator = req.Value

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,6 +140,16 @@ func TestTheHistoryIsReadThroughTheAPIServer(t *testing.T) {
 	err = admin.List(ctx, list, client.InNamespace("team-a"), client.MatchingFields{"spec.image": "x"})
 	require.True(t, apierrors.IsBadRequest(err), "an unknown field: %v", err)
 	assert.ErrorContains(t, err, "status.state")
+	// Every term of a selector holds: a run named for one TrainJob and selected for another is
+	// none (the authorizer checked the first); a field given twice is refused.
+	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a"),
+		client.MatchingFieldsSelector{Selector: fields.ParseSelectorOrDie("metadata.name=gpt.00000002,spec.trainJobName=bert")}))
+	assert.Empty(t, list.Items, "the run of bert, through a name checked as gpt's")
+	for _, twice := range []string{"status.state=Running,status.state=Failed", "metadata.name=gpt.00000002,metadata.name=bert.00000001"} {
+		err = admin.List(ctx, list, client.InNamespace("team-a"), client.MatchingFieldsSelector{Selector: fields.ParseSelectorOrDie(twice)})
+		require.True(t, apierrors.IsBadRequest(err), "%s: %v", twice, err)
+		assert.ErrorContains(t, err, "given twice")
+	}
 
 	require.NoError(t, admin.List(ctx, list, client.InNamespace("team-a"), client.Limit(2)))
 	require.Len(t, list.Items, 2)
