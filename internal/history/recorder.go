@@ -2,6 +2,7 @@ package history
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,8 @@ import (
 const (
 	// MaxBatch is the most TrainJobs the recorder writes in one transaction.
 	MaxBatch = 200
+	// SettleEvery is how often the record of a run that goes on is written at most (settling).
+	SettleEvery = 10 * time.Second
 	// ProgressEvery is how often a run's progress alone is written: a record whose other parts
 	// did not change waits that long after its last write.
 	ProgressEvery = time.Minute
@@ -62,6 +65,9 @@ type Recorder struct {
 	Frameworks []framework.Framework
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Settle is how often the record of a run that goes on is written at most; SettleEvery when
+	// zero (a test's recorder settles sooner).
+	Settle time.Duration
 
 	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	mu    sync.Mutex
@@ -206,6 +212,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	// taken counts the deleted TrainJobs of each key this batch records: those deleted again
 	// meanwhile stay for the next.
 	taken := map[types.NamespacedName]int{}
+	young := map[types.NamespacedName]time.Duration{}
 	for _, key := range keys {
 		tj := &trainer.TrainJob{}
 		err := r.Client.Get(ctx, key, tj)
@@ -213,6 +220,10 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, nil, err
+		case r.young(tj, now) > 0:
+			// Not yet settled, and not read from the database for nothing: a burst of new
+			// TrainJobs costs the history nothing but their events until they settle.
+			young[key] = r.young(tj, now)
 		default:
 			seen = append(seen, tj)
 		}
@@ -242,7 +253,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	for _, rec := range stored {
 		prev[rec.UID] = rec
 	}
-	later, failed = map[types.NamespacedName]time.Duration{}, map[types.NamespacedName]error{}
+	later, failed = young, map[types.NamespacedName]error{}
 	var writes []*Record
 	var release []*trainer.TrainJob
 	keyOf := map[string]types.NamespacedName{}
@@ -250,6 +261,11 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 		key := client.ObjectKeyFromObject(tj)
 		keyOf[string(tj.UID)] = key
 		p := prev[string(tj.UID)]
+		releasing := tj.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(tj, trainer.HistoryFinalizer)
+		if wait := settling(tj, p, now, r.settle()); wait > 0 {
+			later[key] = wait
+			continue
+		}
 		shape, err := r.shape(ctx, tj, p)
 		if err != nil {
 			failed[key] = err
@@ -261,7 +277,6 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 			// keeps the latest observation.
 			rec.Observed = p.Observed.Add(time.Millisecond)
 		}
-		releasing := tj.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(tj, trainer.HistoryFinalizer)
 		if releasing {
 			release = append(release, tj)
 		}
@@ -329,6 +344,29 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	return later, failed, nil
 }
 
+func (r *Recorder) settle() time.Duration { return cmp.Or(r.Settle, SettleEvery) }
+
+// young is how long a new TrainJob, which has no record yet unless one was written within its
+// first settle, still waits before its first: 0 when it is old enough, ended or deleted.
+func (r *Recorder) young(tj *trainer.TrainJob, now time.Time) time.Duration {
+	return settling(tj, nil, now, r.settle())
+}
+
+// settling is how long a TrainJob waits before its record is written: a run that goes on is
+// written at most every settle, its first record settle after its creation, so that the
+// changes of a start (Pending, Created, Running: a status write each, in a few seconds) come in
+// one write; its end and its deletion at once. Negative or zero: now.
+func settling(tj *trainer.TrainJob, prev *Record, now time.Time, settle time.Duration) time.Duration {
+	if tj.DeletionTimestamp != nil || tj.Finished() {
+		return 0
+	}
+	since := tj.CreationTimestamp.Time
+	if prev != nil {
+		since = prev.Observed
+	}
+	return since.Add(settle).Sub(now)
+}
+
 // releaseTrainJob removes the history's finalizer from a deleted TrainJob whose record is
 // written. Only the finalizer: a patch with the TrainJob's resourceVersion, so that a finalizer
 // another controller added meanwhile is not lost.
@@ -367,8 +405,10 @@ func (r *Recorder) shape(ctx context.Context, tj *trainer.TrainJob, prev *Record
 	if tj.Status.ObservedGeneration == 0 {
 		return s, nil // no JobSet yet
 	}
+	// From the API server's cache (resourceVersion 0), not a quorum read of etcd: a JobSet's
+	// trainer is as it was made. One not there yet is read again at the next write.
 	js := &jobsetv1alpha2.JobSet{}
-	err := r.Reader.Get(ctx, client.ObjectKeyFromObject(tj), js)
+	err := r.Reader.Get(ctx, client.ObjectKeyFromObject(tj), js, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
 	if apierrors.IsNotFound(err) || err == nil && !metav1.IsControlledBy(js, tj) {
 		return s, nil
 	}

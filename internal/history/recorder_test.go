@@ -115,3 +115,48 @@ func TestOneTrainJobFailsAlone(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 	require.NoError(t, c.Get(ctx, bad, &trainer.TrainJob{}), "bad waits for its record")
 }
+
+// The record of a run that goes on is written at most every SettleEvery, the first
+// SettleEvery after its creation; its end and its deletion at once.
+func TestARunThatGoesOnSettlesBeforeItIsWritten(t *testing.T) {
+	ctx := context.Background()
+	store, err := Open(ctx, filepath.Join(t.TempDir(), "history.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	scheme := runtime.NewScheme()
+	require.NoError(t, trainer.AddToScheme(scheme))
+	tj := trainJob() // created at at(0)
+	tj.Status.State = trainer.TrainJobCreated
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tj).WithStatusSubresource(tj).Build()
+	now := at(0).Add(3 * time.Second)
+	r := &Recorder{Client: c, Reader: c, Store: store, Now: func() time.Time { return now },
+		gone: map[types.NamespacedName][]*trainer.TrainJob{}}
+	key := client.ObjectKeyFromObject(tj)
+
+	later, _, err := r.record(ctx, []types.NamespacedName{key})
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, later[key], "a new run waits until it is SettleEvery old")
+	_, err = store.Get(ctx, string(tj.UID))
+	require.ErrorIs(t, err, ErrNotFound)
+
+	now = at(0).Add(11 * time.Second)
+	_, _, err = r.record(ctx, []types.NamespacedName{key})
+	require.NoError(t, err)
+	requireState(t, store, string(tj.UID), trainer.TrainJobCreated)
+
+	tj.Status.State = trainer.TrainJobRunning
+	require.NoError(t, c.Status().Update(ctx, tj))
+	now = at(0).Add(12 * time.Second)
+	later, _, err = r.record(ctx, []types.NamespacedName{key})
+	require.NoError(t, err)
+	require.Equal(t, 9*time.Second, later[key], "a change waits SettleEvery after the last write")
+	requireState(t, store, string(tj.UID), trainer.TrainJobCreated)
+
+	finish(tj, trainer.TrainJobComplete, 0)
+	require.NoError(t, c.Status().Update(ctx, tj))
+	now = at(0).Add(13 * time.Second)
+	later, _, err = r.record(ctx, []types.NamespacedName{key})
+	require.NoError(t, err)
+	require.Zero(t, later[key])
+	requireState(t, store, string(tj.UID), trainer.TrainJobComplete)
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -120,7 +121,9 @@ func (c *Cluster) StartRecorder(ctx context.Context, store *history.Store) (stop
 	if err != nil {
 		return nil, err
 	}
-	recorder := &history.Recorder{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Store: store, Frameworks: controller.Frameworks("")}
+	// Settling a second, not cmd/history's 10: the tests wait for records of runs that go on.
+	recorder := &history.Recorder{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Store: store, Frameworks: controller.Frameworks(""),
+		Settle: time.Second}
 	if err := recorder.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
