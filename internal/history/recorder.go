@@ -405,6 +405,11 @@ func (r *Recorder) shape(ctx context.Context, tj *trainer.TrainJob, prev *Record
 	if tj.Status.ObservedGeneration == 0 {
 		return s, nil // no JobSet yet
 	}
+	if tj.Status.ReadyTime == nil && tj.DeletionTimestamp == nil && !tj.Finished() {
+		// Not run yet: nothing uses its GPUs, and a queued TrainJob may wait long. Its JobSet is
+		// read once it runs, ends or goes.
+		return s, nil
+	}
 	// From the API server's cache (resourceVersion 0), not a quorum read of etcd: a JobSet's
 	// trainer is as it was made. One not there yet is read again at the next write.
 	js := &jobsetv1alpha2.JobSet{}
