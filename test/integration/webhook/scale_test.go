@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -93,9 +94,7 @@ func TestAnElasticTrainJobScales(t *testing.T) {
 	}, polling.Timeout, polling.Interval)
 
 	// The spec itself may change the size while it runs, as the scale does.
-	require.NoError(t, k8sClient.Get(ctx, key, tj))
-	tj.Spec.Trainer.NumNodes = ptr.To[int32](2)
-	require.NoError(t, k8sClient.Update(ctx, tj))
+	require.NoError(t, edit(ctx, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer.NumNodes = ptr.To[int32](2) }))
 	utiltesting.WaitFor(t, k8sClient, polling, key, &jobsetv1alpha2.JobSet{}, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
 		assert.Equal(c, &batchJobSpec{2, 2}, trainerJob(js))
 	})
@@ -132,9 +131,7 @@ func TestAQueuedElasticTrainJobKeepsItsAdmittedSize(t *testing.T) {
 	assert.Contains(t, err.Error(), `spec.trainer.numNodes: Forbidden: the TrainJob is admitted by Kueue (queue "team-a") at 3 nodes, and Kueue stops a running TrainJob whose size changes and queues it again: set spec.suspend to true and the new numNodes in one update`)
 	assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &autoscalingv2.HorizontalPodAutoscaler{})), "a queued TrainJob got an autoscaler")
 
-	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), tj))
-	tj.Spec.Suspend = ptr.To(true)
-	require.NoError(t, k8sClient.Update(ctx, tj))
+	require.NoError(t, edit(ctx, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }))
 	require.NoError(t, scale(tj, 2), "a suspended queued TrainJob may change size: Kueue admits it again at the new one")
 	utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
 		assert.Equal(c, &batchJobSpec{2, 2}, trainerJob(js))
@@ -169,15 +166,11 @@ func TestAnElasticTrainJobIsAutoscaled(t *testing.T) {
 		assert.Equal(c, ptr.To[int32](30), hpa.Spec.Behavior.ScaleDown.StabilizationWindowSeconds)
 	})
 
-	require.NoError(t, k8sClient.Get(ctx, key, tj))
-	tj.Spec.Suspend = ptr.To(true)
-	require.NoError(t, k8sClient.Update(ctx, tj))
+	require.NoError(t, edit(ctx, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) }))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, apierrors.IsNotFound(k8sClient.Get(ctx, key, &autoscalingv2.HorizontalPodAutoscaler{})), "the autoscaler outlived the suspension")
 	}, polling.Timeout, polling.Interval)
-	require.NoError(t, k8sClient.Get(ctx, key, tj))
-	tj.Spec.Suspend = ptr.To(false)
-	require.NoError(t, k8sClient.Update(ctx, tj))
+	require.NoError(t, edit(ctx, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) }))
 	utiltesting.WaitFor(t, k8sClient, polling, key, &autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
 
 	// A neighbour's autoscaler of the name of a new TrainJob.
@@ -198,4 +191,16 @@ func TestAnElasticTrainJobIsAutoscaled(t *testing.T) {
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(theirs), after))
 	assert.Equal(t, theirs.Spec, after.Spec, "a neighbour's autoscaler was changed")
 	assert.Empty(t, after.OwnerReferences, "a neighbour's autoscaler was taken")
+}
+
+// edit changes a TrainJob as a user's update does, again on a conflict: the operator writes
+// its status meanwhile.
+func edit(ctx context.Context, tj *trainer.TrainJob, change func(*trainer.TrainJob)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), tj); err != nil {
+			return err
+		}
+		change(tj)
+		return k8sClient.Update(ctx, tj)
+	})
 }
