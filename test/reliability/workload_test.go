@@ -186,6 +186,12 @@ func completeJobSets(ns string, jobs []submitted) (stop func()) {
 // converged waits until every TrainJob is Created, or Complete when its JobSet completed.
 func converged(t *testing.T, ns string, jobs []submitted) {
 	t.Helper()
+	convergedWithin(t, ns, jobs, timeout)
+}
+
+// convergedWithin is converged, waiting up to within.
+func convergedWithin(t *testing.T, ns string, jobs []submitted, within time.Duration) {
+	t.Helper()
 	want := map[string]string{}
 	for _, s := range jobs {
 		want[s.name] = trainer.TrainJobCreated
@@ -218,6 +224,6 @@ func converged(t *testing.T, ns string, jobs []submitted) {
 		}
 		sort.Strings(behind)
 		assert.Empty(c, behind, "TrainJobs not yet in their state")
-	}, timeout, interval)
+	}, within, interval)
 	t.Logf("every TrainJob in its state %s later", time.Since(start).Round(time.Second))
 }
