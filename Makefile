@@ -130,7 +130,7 @@ test-torchrun: localcluster-assets realnode-assets images-torch ## Run real torc
 
 .PHONY: test-history-outage
 test-history-outage: envtest-assets realnode-deps ## Run the history's outage test at full size, on SQLite and PostgreSQL: 1,000 TrainJobs finish and are deleted while the history is down for 10 minutes; all recorded once, whole (make test-integration runs it with 30 and a second).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/integration/history/ -count=1 -timeout 60m -v -run 'TestHistory/.*/nothing' -outage-trainjobs=1000 -outage=10m
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/integration/history/ -count=1 -timeout 60m -v -run 'TestHistory/.*/nothing_is_lost' -outage-trainjobs=1000 -outage=10m
 
 .PHONY: test-reliability
 test-reliability: envtest-assets ## Run the reliability tests at full size: 1,000 TrainJobs through 20 kills of the manager (CI runs them smaller, in test-integration).

@@ -226,9 +226,15 @@ func (r *Record) observeTimes(tj *trainer.TrainJob, now time.Time) {
 	if r.RunningSince == nil && running {
 		r.RunningSince = ptrTime(s.ReadyTime.Time)
 	}
-	if r.RunningSeconds == 0 && r.Finished != nil && s.ReadyTime != nil {
-		// A run the record never saw running: it ran from its last readiness to its finish.
-		r.RunningSeconds = max(0, r.Finished.Sub(s.ReadyTime.Time).Seconds())
+	if r.RunningSeconds == 0 && s.ReadyTime != nil {
+		// A run the record never saw running: it ran from its last readiness to its finish, or
+		// to its deletion when it was deleted running.
+		switch {
+		case r.Finished != nil:
+			r.RunningSeconds = max(0, r.Finished.Sub(s.ReadyTime.Time).Seconds())
+		case r.Deleted != nil && s.State == trainer.TrainJobRunning:
+			r.RunningSeconds = max(0, r.Deleted.Sub(s.ReadyTime.Time).Seconds())
+		}
 	}
 }
 

@@ -170,6 +170,15 @@ func TestObserve(t *testing.T) {
 		require.EqualValues(t, 40, r.Restarts)
 	})
 
+	t.Run("a run first seen as it is deleted running ran from its readiness to its deletion", func(t *testing.T) {
+		tj := trainJob()
+		tj.Status.State, tj.Status.ReadyTime = trainer.TrainJobRunning, mt(10)
+		tj.DeletionTimestamp = mt(40)
+		r := Observe(nil, tj, shape, at(41))
+		require.InDelta(t, 30*60, r.RunningSeconds, 0.001)
+		require.InDelta(t, 30*60, r.GPUSeconds, 0.001, "one node of one GPU")
+	})
+
 	t.Run("the creator is the annotation the webhook wrote, and nothing else", func(t *testing.T) {
 		tj := trainJob()
 		tj.Labels["creator"] = "mallory"
