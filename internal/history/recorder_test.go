@@ -23,11 +23,7 @@ import (
 // only then lets its TrainJob go.
 func TestTheRecorderKeepsTheLatestWhateverTheClocks(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, filepath.Join(t.TempDir(), "history.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() })
-	scheme := runtime.NewScheme()
-	require.NoError(t, trainer.AddToScheme(scheme))
+	store, scheme := recorderFixture(t)
 
 	tj := trainJob()
 	tj.Finalizers = []string{trainer.HistoryFinalizer}
@@ -41,7 +37,7 @@ func TestTheRecorderKeepsTheLatestWhateverTheClocks(t *testing.T) {
 	r := &Recorder{Client: c, Reader: c, Store: store, Now: func() time.Time { return at(7) },
 		gone: map[types.NamespacedName][]*trainer.TrainJob{}}
 	key := client.ObjectKeyFromObject(tj)
-	_, _, err = r.record(ctx, []types.NamespacedName{key})
+	_, _, err := r.record(ctx, []types.NamespacedName{key})
 	require.NoError(t, err)
 	got, err := store.Get(ctx, string(tj.UID))
 	require.NoError(t, err)
@@ -74,12 +70,7 @@ func TestTheRecorderKeepsTheLatestWhateverTheClocks(t *testing.T) {
 // released, and it stays, with its finalizer, to be tried again.
 func TestOneTrainJobFailsAlone(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, filepath.Join(t.TempDir(), "history.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() })
-	scheme := runtime.NewScheme()
-	require.NoError(t, trainer.AddToScheme(scheme))
-	require.NoError(t, jobsetv1alpha2.AddToScheme(scheme))
+	store, scheme := recorderFixture(t)
 	var tjs []*trainer.TrainJob
 	for _, name := range []string{"good", "bad"} {
 		tj := trainJob()
@@ -120,11 +111,7 @@ func TestOneTrainJobFailsAlone(t *testing.T) {
 // SettleEvery after its creation; its end and its deletion at once.
 func TestARunThatGoesOnSettlesBeforeItIsWritten(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, filepath.Join(t.TempDir(), "history.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() })
-	scheme := runtime.NewScheme()
-	require.NoError(t, trainer.AddToScheme(scheme))
+	store, scheme := recorderFixture(t)
 	tj := trainJob() // created at at(0)
 	tj.Status.State = trainer.TrainJobCreated
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tj).WithStatusSubresource(tj).Build()
@@ -160,3 +147,16 @@ func TestARunThatGoesOnSettlesBeforeItIsWritten(t *testing.T) {
 	require.Zero(t, later[key])
 	requireState(t, store, string(tj.UID), trainer.TrainJobComplete)
 }
+
+// recorderFixture is a SQLite store in the test's folder, and the scheme of what a recorder reads.
+func recorderFixture(t *testing.T) (*Store, *runtime.Scheme) {
+	t.Helper()
+	store, err := Open(context.Background(), filepath.Join(t.TempDir(), "history.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	scheme := runtime.NewScheme()
+	require.NoError(t, trainer.AddToScheme(scheme))
+	require.NoError(t, jobsetv1alpha2.AddToScheme(scheme))
+	return store, scheme
+}
+

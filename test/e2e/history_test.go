@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"testing"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	historyv1alpha1 "github.com/trainjob/operator/internal/history/apis/v1alpha1"
@@ -70,22 +67,8 @@ func outsiderKubeconfig(t *testing.T, ns string) string {
 		require.NoError(t, k8sClient.Create(ctx, obj))
 		t.Cleanup(func() { _ = k8sClient.Delete(ctx, obj) })
 	}
-	require.NoError(t, k8sClient.Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "outsider"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "list"}}},
-	}))
-	require.NoError(t, k8sClient.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "outsider"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "outsider"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
-	}))
-	u, err := cluster.Env.AddUser(envtest.User{Name: name}, nil)
-	require.NoError(t, err)
-	data, err := u.KubeConfig()
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "outsider.kubeconfig")
-	require.NoError(t, os.WriteFile(path, data, 0o600))
-	return path
+	return userKubeconfig(t, ns, "outsider", name,
+		rbacv1.PolicyRule{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "list"}})
 }
 
 // TestTheHistoryKeepsRunsAfterTheirTrainJobs runs TrainJobs in the local cluster with the

@@ -378,25 +378,27 @@ func TestThePluginSuspendsResumesAndReruns(t *testing.T) {
 // in ns, and change nothing.
 func viewerKubeconfig(t *testing.T, ns string) string {
 	t.Helper()
+	return userKubeconfig(t, ns, "viewer", "viewer-"+ns,
+		rbacv1.PolicyRule{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"get", "list", "watch"}})
+}
+
+// userKubeconfig is a kubeconfig of the user, who may do in ns what the rules say, by a Role of
+// that name bound to them.
+func userKubeconfig(t *testing.T, ns, role, user string, rules ...rbacv1.PolicyRule) string {
+	t.Helper()
 	ctx := context.Background()
-	name := "viewer-" + ns
-	require.NoError(t, k8sClient.Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"get", "list", "watch"}},
-		},
-	}))
+	require.NoError(t, k8sClient.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: role}, Rules: rules}))
 	require.NoError(t, k8sClient.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "viewer"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}))
-	u, err := cluster.Env.AddUser(envtest.User{Name: name}, nil)
+	u, err := cluster.Env.AddUser(envtest.User{Name: user}, nil)
 	require.NoError(t, err)
 	data, err := u.KubeConfig()
 	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "viewer.kubeconfig")
+	path := filepath.Join(t.TempDir(), role+".kubeconfig")
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 	return path
 }
