@@ -159,4 +159,3 @@ func recorderFixture(t *testing.T) (*Store, *runtime.Scheme) {
 	require.NoError(t, jobsetv1alpha2.AddToScheme(scheme))
 	return store, scheme
 }
-
