@@ -39,7 +39,8 @@ const (
 	// ProgressEvery is how often a run's progress alone is written: a record whose other parts
 	// did not change waits that long after its last write.
 	ProgressEvery = time.Minute
-	// releaseConcurrency is how many deleted TrainJobs the recorder releases at once.
+	// releaseConcurrency is how many deleted TrainJobs the recorder releases at once, and how
+	// many JobSets it reads at once.
 	releaseConcurrency = 16
 	// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the history's requests a second to the API
 	// server (cmd/history's --kube-api-qps and --kube-api-burst): client-go's 5, or
@@ -257,7 +258,24 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	var writes []*Record
 	var release []*trainer.TrainJob
 	keyOf := map[string]types.NamespacedName{}
-	for _, tj := range seen {
+	// The shapes of those to write, read at once: a JobSet's read each, where the record has none.
+	type read struct {
+		shape Shape
+		err   error
+	}
+	shapes := make([]read, len(seen))
+	var reads errgroup.Group
+	reads.SetLimit(releaseConcurrency)
+	for i, tj := range seen {
+		if p := prev[string(tj.UID)]; settling(tj, p, now, r.settle()) <= 0 {
+			reads.Go(func() error {
+				shapes[i].shape, shapes[i].err = r.shape(ctx, tj, p)
+				return nil
+			})
+		}
+	}
+	_ = reads.Wait()
+	for i, tj := range seen {
 		key := client.ObjectKeyFromObject(tj)
 		keyOf[string(tj.UID)] = key
 		p := prev[string(tj.UID)]
@@ -266,7 +284,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 			later[key] = wait
 			continue
 		}
-		shape, err := r.shape(ctx, tj, p)
+		shape, err := shapes[i].shape, shapes[i].err
 		if err != nil {
 			failed[key] = err
 			continue
