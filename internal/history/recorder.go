@@ -217,14 +217,18 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	for _, key := range keys {
 		tj := &trainer.TrainJob{}
 		err := r.Client.Get(ctx, key, tj)
+		var wait time.Duration // before a new TrainJob's first record, which none has yet
+		if err == nil {
+			wait = settling(tj, nil, now, r.settle())
+		}
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, nil, err
-		case r.young(tj, now) > 0:
+		case wait > 0:
 			// Not yet settled, and not read from the database for nothing: a burst of new
 			// TrainJobs costs the history nothing but their events until they settle.
-			young[key] = r.young(tj, now)
+			young[key] = wait
 		default:
 			seen = append(seen, tj)
 		}
@@ -260,6 +264,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	keyOf := map[string]types.NamespacedName{}
 	// The shapes of those to write, read at once: a JobSet's read each, where the record has none.
 	type read struct {
+		wait  time.Duration // before its record is written: no shape is read then
 		shape Shape
 		err   error
 	}
@@ -267,7 +272,8 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	var reads errgroup.Group
 	reads.SetLimit(releaseConcurrency)
 	for i, tj := range seen {
-		if p := prev[string(tj.UID)]; settling(tj, p, now, r.settle()) <= 0 {
+		p := prev[string(tj.UID)]
+		if shapes[i].wait = settling(tj, p, now, r.settle()); shapes[i].wait <= 0 {
 			reads.Go(func() error {
 				shapes[i].shape, shapes[i].err = r.shape(ctx, tj, p)
 				return nil
@@ -280,7 +286,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 		keyOf[string(tj.UID)] = key
 		p := prev[string(tj.UID)]
 		releasing := tj.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(tj, trainer.HistoryFinalizer)
-		if wait := settling(tj, p, now, r.settle()); wait > 0 {
+		if wait := shapes[i].wait; wait > 0 {
 			later[key] = wait
 			continue
 		}
@@ -342,20 +348,19 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	// on the API server's round trips one after another.
 	var releases errgroup.Group
 	releases.SetLimit(releaseConcurrency)
-	var releaseFailures sync.Map
-	for _, tj := range release {
+	releaseErrs := make([]error, len(release))
+	for i, tj := range release {
 		releases.Go(func() error {
-			if err := r.releaseTrainJob(ctx, tj); err != nil {
-				releaseFailures.Store(client.ObjectKeyFromObject(tj), err)
-			}
+			releaseErrs[i] = r.releaseTrainJob(ctx, tj)
 			return nil
 		})
 	}
 	_ = releases.Wait()
-	releaseFailures.Range(func(key, err any) bool {
-		failed[key.(types.NamespacedName)] = err.(error)
-		return true
-	})
+	for i, err := range releaseErrs {
+		if err != nil {
+			failed[client.ObjectKeyFromObject(release[i])] = err
+		}
+	}
 	if len(writes) > 0 {
 		ctrl.LoggerFrom(ctx).V(2).Info("Recorded TrainJobs", "records", len(writes), "released", len(release))
 	}
@@ -363,12 +368,6 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 }
 
 func (r *Recorder) settle() time.Duration { return cmp.Or(r.Settle, SettleEvery) }
-
-// young is how long a new TrainJob, which has no record yet unless one was written within its
-// first settle, still waits before its first: 0 when it is old enough, ended or deleted.
-func (r *Recorder) young(tj *trainer.TrainJob, now time.Time) time.Duration {
-	return settling(tj, nil, now, r.settle())
-}
 
 // settling is how long a TrainJob waits before its record is written: a run that goes on is
 // written at most every settle, its first record settle after its creation, so that the
