@@ -96,7 +96,12 @@ func Setup(mgr ctrl.Manager, frameworks []framework.Framework, opts Options) err
 	return ctrl.NewWebhookManagedBy(mgr, &trainer.ClusterTrainingRuntime{}).WithDefaulter(ctr).WithValidator(ctr).Complete()
 }
 
-// +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
+// The TrainJob's webhooks are not called for an update that changes nothing of a deleted TrainJob
+// but its finalizers (the API server refuses a new one then): the history's release of a deleted
+// TrainJob, or another controller's, needs nothing of ours, and must not wait for the manager.
+// Anything else on a deleted TrainJob, its spec, labels or annotations (its creator), goes
+// through them as before.
+// +kubebuilder:webhook:path=/mutate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=mtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1,patch=`{"matchConditions":[{"name":"not-a-release-of-a-deleted-trainjob","expression":"!(request.operation == 'UPDATE' && has(oldObject.metadata.deletionTimestamp) && object.spec == oldObject.spec && object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({}))"}]}`
 
 // runtimes finds a TrainJob's runtime in the manager's cache, and in the API server only when the
 // cache cannot answer: it lacks the runtime (applied a moment before its TrainJob) or has not
@@ -251,7 +256,7 @@ func withoutTime(p trainer.RuntimePatch) trainer.RuntimePatch {
 	return p
 }
 
-// +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=vtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-trainer-kubeflow-org-v1alpha1-trainjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=trainer.kubeflow.org,resources=trainjobs,verbs=create;update,versions=v1alpha1,name=vtrainjob.trainer.kubeflow.org,admissionReviewVersions=v1,patch=`{"matchConditions":[{"name":"not-a-release-of-a-deleted-trainjob","expression":"!(request.operation == 'UPDATE' && has(oldObject.metadata.deletionTimestamp) && object.spec == oldObject.spec && object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && object.metadata.?annotations.orValue({}) == oldObject.metadata.?annotations.orValue({}))"}]}`
 
 // trainJobWebhook validates TrainJobs against their runtime.
 type trainJobWebhook struct {
