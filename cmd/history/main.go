@@ -77,9 +77,9 @@ func main() {
 	flag.StringVar(&database, "database", "/var/lib/trainjob-history/history.db",
 		"The history's database: a SQLite file, or a postgres:// URL. $"+databaseEnv+", when set, wins.")
 	flag.DurationVar(&retention.MaxAge, "retention-max-age", 90*24*time.Hour,
-		"Forget runs that ended longer ago than this; 0 keeps them.")
+		"Forget the runs of TrainJobs deleted longer ago than this; 0 keeps them. A TrainJob's run is kept while the TrainJob exists.")
 	flag.IntVar(&retention.MaxRuns, "retention-max-runs", 1_000_000,
-		"Keep at most this many ended runs, the latest; 0 keeps them all.")
+		"Keep at most this many runs of deleted TrainJobs, those deleted last; 0 keeps them all.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the healthz and readyz probes bind to.")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address the metrics endpoint binds to, e.g. :8444; 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -140,6 +141,10 @@ func (r *Recorder) Start(ctx context.Context) error {
 	for i := range all.Items {
 		r.queue.Add(client.ObjectKeyFromObject(&all.Items[i]))
 	}
+	if err := r.endVanished(ctx, all.Items); err != nil {
+		// Not a reason to record nothing: the next start tries again.
+		log.Error(err, "Recording the deletion of TrainJobs that went while the history was away failed")
+	}
 	go r.prune(ctx)
 	for {
 		key, shutdown := r.queue.Get()
@@ -202,6 +207,49 @@ func (r *Recorder) prune(ctx context.Context) {
 	}
 }
 
+// endVanished records the deletion of the TrainJobs whose runs the history holds as not deleted,
+// but which are not among live: they went while no recorder ran, without the history's finalizer
+// (made before the history was installed, or the finalizer taken off). Deleted, as far as the
+// history can tell, when it came back: their runs end then, in the state last seen, and retention
+// may forget them in time.
+func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) error {
+	undeleted, err := r.Store.Undeleted(ctx)
+	if err != nil {
+		return err
+	}
+	exists := make(map[string]bool, len(live))
+	for i := range live {
+		exists[string(live[i].UID)] = true
+	}
+	undeleted = slices.DeleteFunc(undeleted, func(uid string) bool { return exists[uid] })
+	records, err := r.Store.GetMany(ctx, undeleted)
+	if err != nil {
+		return err
+	}
+	now := r.Now().UTC()
+	prev := make(map[string]*Record, len(records))
+	writes := make([]*Record, len(records))
+	for i, p := range records {
+		prev[p.UID] = p
+		rec := *p
+		rec.Deleted = &now
+		rec.Observed = now
+		if !rec.Observed.After(p.Observed) {
+			rec.Observed = p.Observed.Add(time.Millisecond)
+		}
+		writes[i] = &rec
+	}
+	written, err := r.Store.put(ctx, writes)
+	if err != nil {
+		return fmt.Errorf("writing the deletion of %d runs: %w", len(writes), err)
+	}
+	countWritten(prev, slices.DeleteFunc(writes, func(rec *Record) bool { return !written[rec.UID] }))
+	if len(written) > 0 {
+		ctrl.LoggerFrom(ctx).WithName("history").Info("Recorded the deletion of TrainJobs that went while the history was away", "trainJobs", len(written))
+	}
+	return nil
+}
+
 // record writes the records of the TrainJobs of keys in one transaction, then removes the
 // finalizer of those deleted. It returns the keys to look at again later (those whose progress
 // alone changed since a recent write), and those that failed on their own: a TrainJob whose
@@ -261,6 +309,7 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 	later, failed = young, map[types.NamespacedName]error{}
 	var writes []*Record
 	var release []*trainer.TrainJob
+	same := map[string]bool{} // the UIDs whose stored record is the one they would write
 	keyOf := map[string]types.NamespacedName{}
 	// The shapes of those to write, read at once: a JobSet's read each, where the record has none.
 	type read struct {
@@ -306,31 +355,44 @@ func (r *Recorder) record(ctx context.Context, keys []types.NamespacedName) (lat
 		}
 		switch change := compare(p, rec); {
 		case change == unchanged:
+			same[string(tj.UID)] = true
 		case change == progressOnly && !releasing && now.Sub(p.Observed) < ProgressEvery:
 			later[client.ObjectKeyFromObject(tj)] = ProgressEvery - now.Sub(p.Observed)
 		default:
 			writes = append(writes, rec)
 		}
 	}
-	if err := r.Store.Put(ctx, writes); err != nil {
+	written, err := r.Store.put(ctx, writes)
+	if err != nil {
 		// One record the database refuses must not keep the others out: each alone, then.
 		if len(writes) == 1 || ctx.Err() != nil {
 			return nil, nil, fmt.Errorf("writing %d records: %w", len(writes), err)
 		}
-		var ok []*Record
+		written = map[string]bool{}
+		refused := 0
 		for _, rec := range writes {
-			if err := r.Store.Put(ctx, []*Record{rec}); err != nil {
+			one, err := r.Store.put(ctx, []*Record{rec})
+			if err != nil {
 				failed[keyOf[rec.UID]] = fmt.Errorf("writing its record: %w", err)
+				refused++
 				continue
 			}
-			ok = append(ok, rec)
+			maps.Copy(written, one)
 		}
-		if len(ok) == 0 {
+		if refused == len(writes) {
 			return nil, nil, fmt.Errorf("writing %d records: %w", len(writes), err)
 		}
-		writes = ok
 	}
+	writes = slices.DeleteFunc(writes, func(rec *Record) bool { return !written[rec.UID] })
 	countWritten(prev, writes)
+	// A deleted TrainJob is let go once its record is stored: written now, or unchanged. Where
+	// the store kept a newer record (another replica's, as leaders changed), the TrainJob is
+	// looked at again, against that record.
+	for _, tj := range release {
+		if key := client.ObjectKeyFromObject(tj); failed[key] == nil && !written[string(tj.UID)] && !same[string(tj.UID)] {
+			failed[key] = errors.New("the history holds a newer record of it than the one written")
+		}
+	}
 	release = slices.DeleteFunc(release, func(tj *trainer.TrainJob) bool { return failed[client.ObjectKeyFromObject(tj)] != nil })
 	r.mu.Lock()
 	for key, n := range taken {

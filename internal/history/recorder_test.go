@@ -148,6 +148,79 @@ func TestARunThatGoesOnSettlesBeforeItIsWritten(t *testing.T) {
 	requireState(t, store, string(tj.UID), trainer.TrainJobComplete)
 }
 
+// A deleted TrainJob is let go only once its own record is stored: where the store kept a newer
+// one meanwhile (another replica's, without the deletion), it waits, and is let go once its
+// deletion is written over that one.
+func TestAReleaseWaitsForItsRecord(t *testing.T) {
+	ctx := context.Background()
+	store, scheme := recorderFixture(t)
+	tj := trainJob()
+	tj.Finalizers = []string{trainer.HistoryFinalizer}
+	finish(tj, trainer.TrainJobComplete, 5)
+	tj.DeletionTimestamp = mt(6)
+	tj.Status.ObservedGeneration = 1 // its JobSet is made: the history reads it
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tj).Build()
+	// While this replica reads the JobSet, another writes a record it observed later.
+	newer := Observe(nil, trainJob(), Shape{}, at(100))
+	reader := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).Build().(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			require.NoError(t, store.Put(ctx, []*Record{newer}))
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := &Recorder{Client: c, Reader: reader, Store: store, Now: func() time.Time { return at(7) },
+		gone: map[types.NamespacedName][]*trainer.TrainJob{}}
+	key := client.ObjectKeyFromObject(tj)
+	_, failed, err := r.record(ctx, []types.NamespacedName{key})
+	require.NoError(t, err)
+	require.ErrorContains(t, failed[key], "newer record")
+	require.NoError(t, c.Get(ctx, key, &trainer.TrainJob{}), "let go though its deletion is not recorded")
+
+	_, failed, err = r.record(ctx, []types.NamespacedName{key})
+	require.NoError(t, err)
+	require.Empty(t, failed)
+	got, err := store.Get(ctx, string(tj.UID))
+	require.NoError(t, err)
+	require.NotNil(t, got.Deleted)
+	require.Equal(t, trainer.TrainJobComplete, got.State)
+	err = c.Get(ctx, key, &trainer.TrainJob{})
+	require.True(t, client.IgnoreNotFound(err) == nil && err != nil, "released once recorded: %v", err)
+}
+
+// A TrainJob that went while no recorder ran, without the finalizer, has its run ended when the
+// recorder starts: deleted then, in the state last seen. The runs of TrainJobs that exist, and
+// those already deleted, are left as they are.
+func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
+	ctx := context.Background()
+	store, _ := recorderFixture(t)
+	running := trainJob()
+	running.Status.State = trainer.TrainJobRunning
+	here, went, deleted := *running, *running, *running
+	here.UID, went.UID, deleted.UID = "here", "went", "deleted"
+	deleted.DeletionTimestamp = mt(3)
+	var records []*Record
+	for _, tj := range []*trainer.TrainJob{&here, &went, &deleted} {
+		records = append(records, Observe(nil, tj, Shape{}, at(5)))
+	}
+	require.NoError(t, store.Put(ctx, records))
+
+	r := &Recorder{Store: store, Now: func() time.Time { return at(60) }}
+	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}))
+	got, err := store.Get(ctx, "went")
+	require.NoError(t, err)
+	require.Equal(t, at(60), *got.Deleted)
+	require.Equal(t, at(60), *got.Ended())
+	require.Equal(t, trainer.TrainJobRunning, got.State)
+	for uid, want := range map[string]*Record{"here": records[0], "deleted": records[2]} {
+		got, err := store.Get(ctx, uid)
+		require.NoError(t, err)
+		require.Equal(t, want.Observed, got.Observed, "%s was written again", uid)
+	}
+	undeleted, err := store.Undeleted(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"here"}, undeleted)
+}
+
 // recorderFixture is a SQLite store in the test's folder, and the scheme of what a recorder reads.
 func recorderFixture(t *testing.T) (*Store, *runtime.Scheme) {
 	t.Helper()

@@ -87,20 +87,61 @@ func Open(ctx context.Context, location string) (*Store, error) {
 	}
 	s.db.SetMaxOpenConns(maxConnections)
 	s.readers = make(chan struct{}, maxConnections-2)
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	provider, err := goose.NewProvider(dialect, s.db, sub, append(opts, goose.WithDisableGlobalRegistry(true))...)
+	provider, err := migrator(s.db, dialect, opts...)
 	if err != nil {
 		s.db.Close()
-		return nil, fmt.Errorf("reading the history's migrations: %w", err)
+		return nil, err
 	}
 	if _, err := provider.Up(ctx); err != nil {
 		s.db.Close()
 		return nil, fmt.Errorf("migrating the history database (%s): %w", Redact(location), err)
 	}
 	return s, nil
+}
+
+// migrator brings a database's schema up to date: the SQL files of migrations, and the
+// migrations that are Go (a statement of each engine's own).
+func migrator(db *sql.DB, dialect goose.Dialect, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(deletedColumn(dialect)))
+	provider, err := goose.NewProvider(dialect, db, sub, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the history's migrations: %w", err)
+	}
+	return provider, nil
+}
+
+// deletedColumn (migration 3) adds the time a run's TrainJob was deleted as a column, which
+// retention reads (the record's JSON had it), filled in from the JSON of the runs stored before.
+func deletedColumn(dialect goose.Dialect) *goose.Migration {
+	fill := `UPDATE runs SET deleted_ms = CAST(ROUND((julianday(json_extract(body, '$.deleted')) - 2440587.5) * 86400000.0) AS INTEGER)
+WHERE json_extract(body, '$.deleted') IS NOT NULL`
+	if dialect == goose.DialectPostgres {
+		// A record's JSON may hold an escaped NUL, which PostgreSQL refuses to read as JSON: read
+		// as another character (an escape of the same length, so the escapes around it stay).
+		fill = `UPDATE runs SET deleted_ms = ROUND(EXTRACT(EPOCH FROM (REPLACE(body, E'\\u0000', E'\\ufffd')::json ->> 'deleted')::timestamptz) * 1000)::bigint
+WHERE body LIKE '%"deleted":%'`
+	}
+	up := []string{
+		`ALTER TABLE runs ADD COLUMN deleted_ms BIGINT`,
+		fill,
+		`CREATE INDEX runs_by_deleted ON runs (deleted_ms)`,
+	}
+	down := []string{`DROP INDEX runs_by_deleted`, `ALTER TABLE runs DROP COLUMN deleted_ms`}
+	run := func(statements []string) *goose.GoFunc {
+		return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+			for _, statement := range statements {
+				if _, err := tx.ExecContext(ctx, statement); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	}
+	return goose.NewGoMigration(3, run(up), run(down))
 }
 
 // Close closes the database.
@@ -132,19 +173,26 @@ func Redact(location string) string {
 // batch, not three a record (on PostgreSQL, over a network, the round trips are the writer's
 // cost).
 func (s *Store) Put(ctx context.Context, records []*Record) error {
+	_, err := s.put(ctx, records)
+	return err
+}
+
+// put is Put, and says which of the records it wrote (by UID): the others' stored records were
+// newer.
+func (s *Store) put(ctx context.Context, records []*Record) (written map[string]bool, err error) {
 	records = latestOfEachUID(records)
 	if len(records) == 0 {
-		return nil
+		return nil, nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after a commit it does nothing
-	written := map[string]bool{}
+	written = map[string]bool{}
 	for chunk := range slices.Chunk(records, putChunk) {
 		if err := upsertRuns(ctx, tx, chunk, written); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The labels of the records written, replaced whole.
@@ -161,7 +209,7 @@ func (s *Store) Put(ctx context.Context, records []*Record) error {
 	}
 	for chunk := range slices.Chunk(uids, putChunk*3) {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM run_labels WHERE uid IN ("+marks(1, len(chunk))+")", chunk...); err != nil {
-			return fmt.Errorf("replacing the labels of %d records: %w", len(chunk), err)
+			return nil, fmt.Errorf("replacing the labels of %d records: %w", len(chunk), err)
 		}
 	}
 	for chunk := range slices.Chunk(rows, putChunk*3) {
@@ -172,13 +220,16 @@ func (s *Store) Put(ctx context.Context, records []*Record) error {
 			args = append(args, row[:]...)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO run_labels (uid, label_key, label_value) VALUES "+strings.Join(values, ", "), args...); err != nil {
-			return fmt.Errorf("writing the labels of records: %w", err)
+			return nil, fmt.Errorf("writing the labels of records: %w", err)
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return written, nil
 }
 
-// putChunk is how many records one statement writes: 19 parameters each, well within SQLite's
+// putChunk is how many records one statement writes: 20 parameters each, well within SQLite's
 // 32,766 and PostgreSQL's 65,535.
 const putChunk = 100
 
@@ -203,7 +254,7 @@ func latestOfEachUID(records []*Record) []*Record {
 // upsertRuns writes the runs of records in one statement, each unless the stored one is newer,
 // and marks in written the UIDs it wrote.
 func upsertRuns(ctx context.Context, tx *sql.Tx, records []*Record, written map[string]bool) error {
-	const columns = 19
+	const columns = 20
 	values := make([]string, len(records))
 	args := make([]any, 0, columns*len(records))
 	for i, r := range records {
@@ -214,18 +265,18 @@ func upsertRuns(ctx context.Context, tx *sql.Tx, records []*Record, written map[
 		values[i] = "(" + marks(len(args)+1, columns) + ")"
 		args = append(args, text(r.UID), text(r.Namespace), text(r.Name), text(r.Creator), text(r.Runtime.Kind), text(r.Runtime.Name),
 			text(r.Framework), text(r.Queue), text(r.State), text(r.Reason), millis(&r.Created), millis(r.Ended()), millis(r.RunningSince),
-			r.Nodes, r.GPUsPerNode, r.NodeSeconds, r.GPUSeconds, r.Observed.UnixMilli(), body)
+			millis(r.Deleted), r.Nodes, r.GPUsPerNode, r.NodeSeconds, r.GPUSeconds, r.Observed.UnixMilli(), body)
 	}
 	rows, err := tx.QueryContext(ctx, `
 INSERT INTO runs (uid, namespace, name, creator, runtime_kind, runtime_name, framework, queue, state, reason,
-    created_ms, ended_ms, running_since_ms, nodes, gpus_per_node, node_seconds, gpu_seconds, observed_ms, body)
+    created_ms, ended_ms, running_since_ms, deleted_ms, nodes, gpus_per_node, node_seconds, gpu_seconds, observed_ms, body)
 VALUES `+strings.Join(values, ", ")+`
 ON CONFLICT (uid) DO UPDATE SET
     namespace = excluded.namespace, name = excluded.name, creator = excluded.creator,
     runtime_kind = excluded.runtime_kind, runtime_name = excluded.runtime_name,
     framework = excluded.framework, queue = excluded.queue, state = excluded.state,
     reason = excluded.reason, created_ms = excluded.created_ms, ended_ms = excluded.ended_ms,
-    running_since_ms = excluded.running_since_ms, nodes = excluded.nodes,
+    running_since_ms = excluded.running_since_ms, deleted_ms = excluded.deleted_ms, nodes = excluded.nodes,
     gpus_per_node = excluded.gpus_per_node, node_seconds = excluded.node_seconds,
     gpu_seconds = excluded.gpu_seconds, observed_ms = excluded.observed_ms, body = excluded.body
 WHERE runs.observed_ms <= excluded.observed_ms AND (runs.ended_ms IS NULL OR excluded.ended_ms IS NOT NULL)
@@ -323,15 +374,19 @@ func (s *Store) Get(ctx context.Context, uid string) (*Record, error) {
 
 // GetMany is the records of the runs of uids that the history holds, in no order.
 func (s *Store) GetMany(ctx context.Context, uids []string) ([]*Record, error) {
-	if len(uids) == 0 {
-		return nil, nil
+	var out []*Record
+	for chunk := range slices.Chunk(uids, putChunk*10) {
+		args := make([]any, len(chunk))
+		for i, uid := range chunk {
+			args[i] = uid
+		}
+		records, err := s.query(ctx, `SELECT body FROM runs WHERE uid IN (`+marks(1, len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, records...)
 	}
-	args := make([]any, len(uids))
-	marks := make([]string, len(uids))
-	for i, uid := range uids {
-		args[i], marks[i] = uid, "$"+strconv.Itoa(i+1)
-	}
-	return s.query(ctx, `SELECT body FROM runs WHERE uid IN (`+strings.Join(marks, ", ")+`)`, args...)
+	return out, nil
 }
 
 func (s *Store) query(ctx context.Context, query string, args ...any) ([]*Record, error) {
@@ -631,11 +686,14 @@ GROUP BY `+column+`, reason, state`, args...)
 	return out, nil
 }
 
-// Retention says which ended runs the history forgets.
+// Retention says which runs of deleted TrainJobs the history forgets. The run of a TrainJob that
+// exists is kept however old: the cluster holds the TrainJob anyway, and a run forgotten while
+// its TrainJob is there would be recorded again from what is left of it, its use counted twice.
 type Retention struct {
-	// MaxAge forgets the runs that ended longer ago; zero keeps them.
+	// MaxAge forgets the runs whose TrainJobs were deleted longer ago; zero keeps them.
 	MaxAge time.Duration
-	// MaxRuns keeps that many of the runs that ended, the latest; zero keeps them all.
+	// MaxRuns keeps that many of the runs of deleted TrainJobs, those deleted last; zero keeps
+	// them all.
 	MaxRuns int
 }
 
@@ -645,30 +703,48 @@ func (s *Store) Prune(ctx context.Context, r Retention, now time.Time) (int64, e
 	var args []any
 	if r.MaxAge > 0 {
 		args = append(args, now.Add(-r.MaxAge).UnixMilli())
-		forget = append(forget, "ended_ms < $1")
+		forget = append(forget, "deleted_ms < $1")
 	}
 	if r.MaxRuns > 0 {
-		// The first run past the count, in the order of their ends, and every run before it.
-		var ended int64
+		// The first run past the count, in the order of their deletions, and every run before it.
+		var deleted int64
 		var uid string
-		err := s.db.QueryRowContext(ctx, `SELECT ended_ms, uid FROM runs WHERE ended_ms IS NOT NULL
-ORDER BY ended_ms DESC, uid DESC LIMIT 1 OFFSET `+strconv.Itoa(r.MaxRuns)).Scan(&ended, &uid)
+		err := s.db.QueryRowContext(ctx, `SELECT deleted_ms, uid FROM runs WHERE deleted_ms IS NOT NULL
+ORDER BY deleted_ms DESC, uid DESC LIMIT 1 OFFSET `+strconv.Itoa(r.MaxRuns)).Scan(&deleted, &uid)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return 0, fmt.Errorf("finding the oldest run to keep: %w", err)
 		default:
 			n := len(args)
-			args = append(args, ended, uid)
-			forget = append(forget, fmt.Sprintf("(ended_ms < $%d OR (ended_ms = $%d AND uid <= $%d))", n+1, n+1, n+2))
+			args = append(args, deleted, uid)
+			forget = append(forget, fmt.Sprintf("(deleted_ms < $%d OR (deleted_ms = $%d AND uid <= $%d))", n+1, n+1, n+2))
 		}
 	}
 	if len(forget) == 0 {
 		return 0, nil
 	}
-	res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE ended_ms IS NOT NULL AND (`+strings.Join(forget, " OR ")+`)`, args...)
+	res, err := s.db.ExecContext(ctx, `DELETE FROM runs WHERE deleted_ms IS NOT NULL AND (`+strings.Join(forget, " OR ")+`)`, args...)
 	if err != nil {
 		return 0, fmt.Errorf("forgetting old runs: %w", err)
 	}
 	return res.RowsAffected()
+}
+
+// Undeleted is the UIDs of the runs whose TrainJobs' deletion the history has not recorded.
+func (s *Store) Undeleted(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT uid FROM runs WHERE deleted_ms IS NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("reading the runs of TrainJobs not deleted: %w", err)
+	}
+	defer rows.Close()
+	var uids []string
+	for rows.Next() {
+		var uid string
+		if err := rows.Scan(&uid); err != nil {
+			return nil, err
+		}
+		uids = append(uids, uid)
+	}
+	return uids, rows.Err()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -246,32 +247,72 @@ func TestStore(t *testing.T) {
 				require.ErrorContains(t, err, `"image"`)
 			})
 
-			t.Run("retention forgets ended runs by age and by count, never a running one", func(t *testing.T) {
+			t.Run("retention forgets the runs of deleted TrainJobs by age and by count, never another", func(t *testing.T) {
 				s := open(t)
 				var records []*Record
 				for i := range 5 {
-					records = append(records, run(fmt.Sprintf("u%d", i), "a", "x", t0.Add(time.Duration(i)*24*time.Hour), trainer.TrainJobComplete))
+					r := run(fmt.Sprintf("u%d", i), "a", "x", t0.Add(time.Duration(i)*24*time.Hour), trainer.TrainJobComplete)
+					r.Deleted = ptrTime(r.Finished.Add(time.Hour))
+					records = append(records, r)
 				}
-				ancient := run("live", "a", "x", t0.Add(-1000*24*time.Hour), trainer.TrainJobRunning)
-				records = append(records, ancient)
+				running := run("running", "a", "x", t0.Add(-1000*24*time.Hour), trainer.TrainJobRunning)
+				ended := run("ended", "a", "x", t0.Add(-1000*24*time.Hour), trainer.TrainJobComplete) // its TrainJob still there
+				records = append(records, running, ended)
 				require.NoError(t, s.Put(ctx, records))
 
 				n, err := s.Prune(ctx, Retention{MaxAge: 48 * time.Hour}, t0.Add(4*24*time.Hour+time.Hour))
 				require.NoError(t, err)
-				require.EqualValues(t, 2, n, "u0 and u1 ended more than 48 h before")
+				require.EqualValues(t, 2, n, "u0 and u1 were deleted more than 48 h before")
 				n, err = s.Prune(ctx, Retention{MaxRuns: 2}, t0)
 				require.NoError(t, err)
-				require.EqualValues(t, 1, n, "of u2..u4, the two latest stay")
+				require.EqualValues(t, 1, n, "of u2..u4, the two deleted last stay")
 				page, err := s.List(ctx, Query{})
 				require.NoError(t, err)
 				var left []string
 				for _, r := range page.Records {
 					left = append(left, r.UID)
 				}
-				require.Equal(t, []string{"u4", "u3", "live"}, left)
+				require.Equal(t, []string{"u4", "u3", "running", "ended"}, left)
 				var labelRows int
 				require.NoError(t, s.db.QueryRow("SELECT COUNT(*) FROM run_labels WHERE uid NOT IN (SELECT uid FROM runs)").Scan(&labelRows))
 				require.Zero(t, labelRows, "a forgotten run's labels go with it")
+			})
+
+			t.Run("migrating from before the deletion's column fills it in from each record", func(t *testing.T) {
+				s := open(t)
+				dialect := goose.DialectSQLite3
+				if s.postgres {
+					dialect = goose.DialectPostgres
+				}
+				provider, err := migrator(s.db, dialect)
+				require.NoError(t, err)
+				_, err = provider.DownTo(ctx, 2)
+				require.NoError(t, err)
+				deleted := run("deleted", "a", "x", t0, trainer.TrainJobComplete)
+				deleted.Deleted = ptrTime(t0.Add(2*time.Hour + 1500*time.Millisecond))
+				deleted.Message = "a NUL \x00 in its message" // escaped in the JSON, refused by PostgreSQL's jsonb
+				there := run("there", "a", "y", t0, trainer.TrainJobComplete)
+				for _, r := range []*Record{deleted, there} {
+					body, err := encode(r)
+					require.NoError(t, err)
+					_, err = s.db.ExecContext(ctx, `INSERT INTO runs (uid, namespace, name, creator, runtime_kind, runtime_name, framework, queue,
+    state, reason, created_ms, ended_ms, nodes, gpus_per_node, node_seconds, gpu_seconds, observed_ms, body)
+VALUES ($1, 'a', 'x', '', '', '', '', '', '', '', 0, $2, 0, 0, 0, 0, 0, $3)`, r.UID, r.Ended().UnixMilli(), body)
+					require.NoError(t, err)
+				}
+				_, err = provider.Up(ctx)
+				require.NoError(t, err)
+				got := map[string]*int64{}
+				rows, err := s.db.QueryContext(ctx, "SELECT uid, deleted_ms FROM runs")
+				require.NoError(t, err)
+				for rows.Next() {
+					var uid string
+					var ms *int64
+					require.NoError(t, rows.Scan(&uid, &ms))
+					got[uid] = ms
+				}
+				require.NoError(t, rows.Err())
+				require.Equal(t, map[string]*int64{"deleted": ptr.To(deleted.Deleted.UnixMilli()), "there": nil}, got)
 			})
 
 			t.Run("a record too big to keep whole loses older progress, not its end", func(t *testing.T) {

@@ -294,8 +294,17 @@ func aRestartWritesNothing(t *testing.T, store *history.Store) {
 	for _, tj := range tjs {
 		observed[string(tj.UID)] = record(t, store, tj, func(r *history.Record) bool { return r.State == trainer.TrainJobSuspended }).Observed
 	}
+	// One without the finalizer (made before the history) goes while the history is away.
+	unseen := newTrainJob(t, "unseen", ns, false)
+	record(t, store, unseen, func(r *history.Record) bool { return true })
 	stop()
+	require.NoError(t, k8sClient.Delete(ctx, unseen))
+	gone(t, unseen)
+	back := time.Now()
 	startRecorder(t, store)
+	// Its run ends when the history is back, deleted as far as it can tell.
+	r := record(t, store, unseen, func(r *history.Record) bool { return r.Deleted != nil })
+	assert.False(t, r.Deleted.Before(back.Truncate(time.Millisecond)), "deleted at %s, before the history came back at %s", r.Deleted, back)
 	// A TrainJob made after the restart is recorded once the recorder went through the others.
 	marker := newTrainJob(t, "marker", ns, true)
 	record(t, store, marker, func(r *history.Record) bool { return true })
