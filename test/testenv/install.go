@@ -32,6 +32,11 @@ const (
 	InstallKustomize = "kustomize"
 	// InstallHelm installs the chart, with the image in its values.
 	InstallHelm = "helm"
+	// InstallKustomizeHistory installs config/history (config/default with the history) through
+	// a kustomization that names the image and places the history's pod as the manager's.
+	InstallKustomizeHistory = "kustomize-history"
+	// HistoryDeployment is the history's Deployment, in OperatorNamespace.
+	HistoryDeployment = "trainjob-history"
 	// ManagerDeployment is the manager's Deployment, in OperatorNamespace (kustomize) or the
 	// release's namespace (Helm, whose objects keep the install's names).
 	ManagerDeployment = "trainjob-controller-manager"
@@ -73,7 +78,7 @@ const PreviousImageArchive = "previous-manager.tar"
 
 // Installed is an operator InstallOperator installed.
 type Installed struct {
-	// How is InstallKustomize or InstallHelm; Namespace is the manager's.
+	// How is InstallKustomize, InstallKustomizeHistory or InstallHelm; Namespace is the manager's.
 	How, Namespace string
 	// Objects are what Uninstall deletes besides what helm uninstall does: every object a
 	// kustomize install applied, of each release; a Helm install's CRDs.
@@ -90,7 +95,7 @@ type Installed struct {
 func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, replicas int32, rel Release) (*Installed, error) {
 	in := &Installed{How: how, Namespace: namespace, replicas: replicas, cluster: c}
 	switch how {
-	case InstallKustomize:
+	case InstallKustomize, InstallKustomizeHistory:
 		in.Namespace = OperatorNamespace
 	case InstallHelm:
 		// A namespace left by an uninstall is installed into again.
@@ -101,7 +106,7 @@ func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, re
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("no install named %q: %s or %s", how, InstallKustomize, InstallHelm)
+		return nil, fmt.Errorf("no install named %q: %s, %s or %s", how, InstallKustomize, InstallKustomizeHistory, InstallHelm)
 	}
 	return in, in.apply(ctx, "install", rel)
 }
@@ -161,7 +166,11 @@ func (in *Installed) apply(ctx context.Context, helmVerb string, rel Release) er
 		return err
 	}
 	// kustomize takes no absolute path to a base.
-	base, err := filepath.Rel(dir, filepath.Join(rel.Dir, "config", "default"))
+	config := "default"
+	if in.How == InstallKustomizeHistory {
+		config = "history"
+	}
+	base, err := filepath.Rel(dir, filepath.Join(rel.Dir, "config", config))
 	if err != nil {
 		return err
 	}
@@ -174,12 +183,16 @@ images:
   newName: %s
   newTag: %s
 patches:
-- target: {kind: Deployment, name: %s}
+- target: {kind: Deployment, name: %[4]s}
   patch: |-
-    - {op: replace, path: /spec/replicas, value: %d}
-    - {op: add, path: /spec/template/spec/nodeSelector, value: {%s: %s}}
-    - {op: add, path: /spec/template/spec/tolerations, value: [{key: %q, operator: Exists, effect: NoSchedule}]}
-`, base, name, tag, ManagerDeployment, in.replicas, NodeLabel, RealNodeLabel, RealNodeTaint)), 0o644); err != nil {
+    - {op: replace, path: /spec/replicas, value: %[5]d}
+    - {op: add, path: /spec/template/spec/nodeSelector, value: {%[6]s: %[7]s}}
+    - {op: add, path: /spec/template/spec/tolerations, value: [{key: %[8]q, operator: Exists, effect: NoSchedule}]}
+- target: {kind: Deployment, name: %[9]s}
+  patch: |-
+    - {op: add, path: /spec/template/spec/nodeSelector, value: {%[6]s: %[7]s}}
+    - {op: add, path: /spec/template/spec/tolerations, value: [{key: %[8]q, operator: Exists, effect: NoSchedule}]}
+`, base, name, tag, ManagerDeployment, in.replicas, NodeLabel, RealNodeLabel, RealNodeTaint, HistoryDeployment)), 0o644); err != nil {
 		return err
 	}
 	objs, err := Kustomize(dir)
