@@ -90,11 +90,19 @@ func TestTheHistoryRunsInstalled(t *testing.T) {
 
 	ns := newNamespace(t)
 	alice := userClient(t, scheme, "alice@example.com")
-	require.NoError(t, k8sClient.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice-edits"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice@example.com"}},
+	// alice may read what the default role view lets her (the history's runs are aggregated into
+	// it), and make TrainJobs.
+	require.NoError(t, k8sClient.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "trainjobs"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "list", "create"}}},
 	}))
+	for role, kind := range map[string]string{"view": "ClusterRole", "trainjobs": "Role"} {
+		require.NoError(t, k8sClient.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice-" + role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice@example.com"}},
+		}))
+	}
 	tj := utiltesting.MakeTrainJob("remembered", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").Obj()
 	tj.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
 	require.NoError(t, alice.Create(ctx, tj))
