@@ -161,6 +161,28 @@ func Observe(prev *Record, tj *trainer.TrainJob, shape Shape, now time.Time) *Re
 	return r
 }
 
+// Vanished is the record of a run whose TrainJob went while no recorder watched (without the
+// history's finalizer): deleted at now, as far as the history can tell, unless the record knew
+// its deletion already; a running period it saw begin closed when the record last saw it, so
+// that the time the history was away is not counted as the run's.
+func (r *Record) Vanished(now time.Time) *Record {
+	v := *r
+	if v.Deleted == nil {
+		v.Deleted = ptrTime(now)
+	}
+	if v.RunningSince != nil {
+		v.RunningSeconds += max(0, r.Observed.Sub(*v.RunningSince).Seconds())
+		v.RunningSince = nil
+	}
+	v.NodeSeconds = v.RunningSeconds * float64(v.Nodes)
+	v.GPUSeconds = v.NodeSeconds * float64(v.GPUsPerNode)
+	v.Observed = now.UTC()
+	if !v.Observed.After(r.Observed) {
+		v.Observed = r.Observed.Add(time.Millisecond)
+	}
+	return &v
+}
+
 // Ended is when the run ended: its finish, else its TrainJob's deletion; nil while it goes on.
 func (r *Record) Ended() *time.Time {
 	if r.Finished != nil {

@@ -226,18 +226,12 @@ func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) err
 	if err != nil {
 		return err
 	}
-	now := r.Now().UTC()
+	now := r.Now()
 	prev := make(map[string]*Record, len(records))
 	writes := make([]*Record, len(records))
 	for i, p := range records {
 		prev[p.UID] = p
-		rec := *p
-		rec.Deleted = &now
-		rec.Observed = now
-		if !rec.Observed.After(p.Observed) {
-			rec.Observed = p.Observed.Add(time.Millisecond)
-		}
-		writes[i] = &rec
+		writes[i] = p.Vanished(now)
 	}
 	written, err := r.Store.put(ctx, writes)
 	if err != nil {

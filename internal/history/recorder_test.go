@@ -194,15 +194,16 @@ func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	ctx := context.Background()
 	store, _ := recorderFixture(t)
 	running := trainJob()
-	running.Status.State = trainer.TrainJobRunning
+	running.Status.State, running.Status.ReadyTime = trainer.TrainJobRunning, mt(1)
 	here, went, deleted := *running, *running, *running
 	here.UID, went.UID, deleted.UID = "here", "went", "deleted"
 	deleted.DeletionTimestamp = mt(3)
 	var records []*Record
 	for _, tj := range []*trainer.TrainJob{&here, &went, &deleted} {
-		records = append(records, Observe(nil, tj, Shape{}, at(5)))
+		records = append(records, Observe(nil, tj, Shape{Nodes: 2, GPUsPerNode: 4}, at(5)))
 	}
 	require.NoError(t, store.Put(ctx, records))
+	require.NotNil(t, records[1].RunningSince, "went was running when last seen")
 
 	r := &Recorder{Store: store, Now: func() time.Time { return at(60) }}
 	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}))
@@ -211,6 +212,15 @@ func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	require.Equal(t, at(60), *got.Deleted)
 	require.Equal(t, at(60), *got.Ended())
 	require.Equal(t, trainer.TrainJobRunning, got.State)
+	// It ran from its readiness to when it was last seen: the history's absence is not its use,
+	// and its use stops growing.
+	require.Nil(t, got.RunningSince)
+	require.InDelta(t, 4*60, got.RunningSeconds, 0.001)
+	require.InDelta(t, 4*60*2*4, got.GPUSeconds, 0.001)
+	usage, err := store.UsageBy(ctx, UsageQuery{By: "namespace", Namespace: "team-a", Since: at(0), Now: at(30 * 24 * 60)})
+	require.NoError(t, err)
+	require.Len(t, usage, 1)
+	require.InDelta(t, 4*60*2*4+(30*24*60-1)*60*2*4+2*60*2*4, usage[0].GPUSeconds, 0.001, "went's use stopped; here's goes on; deleted's ended")
 	for uid, want := range map[string]*Record{"here": records[0], "deleted": records[2]} {
 		got, err := store.Get(ctx, uid)
 		require.NoError(t, err)
@@ -219,6 +229,10 @@ func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	undeleted, err := store.Undeleted(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"here"}, undeleted)
+
+	// A record that knew its deletion keeps its time.
+	known := records[2].Vanished(at(60))
+	require.Equal(t, at(3), *known.Deleted)
 }
 
 // recorderFixture is a SQLite store in the test's folder, and the scheme of what a recorder reads.

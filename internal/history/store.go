@@ -115,33 +115,92 @@ func migrator(db *sql.DB, dialect goose.Dialect, opts ...goose.ProviderOption) (
 }
 
 // deletedColumn (migration 3) adds the time a run's TrainJob was deleted as a column, which
-// retention reads (the record's JSON had it), filled in from the JSON of the runs stored before.
+// retention reads, filled in from the JSON of the runs stored before (which had it). Not in one
+// transaction: filling in a million runs takes minutes, which a transaction would hold the
+// table's lock for, and lose whole if the history stopped meanwhile. Each step can be taken
+// again, so a history stopped partway (its liveness probe, a rollout) goes on where it was.
 func deletedColumn(dialect goose.Dialect) *goose.Migration {
-	fill := `UPDATE runs SET deleted_ms = CAST(ROUND((julianday(json_extract(body, '$.deleted')) - 2440587.5) * 86400000.0) AS INTEGER)
-WHERE json_extract(body, '$.deleted') IS NOT NULL`
-	if dialect == goose.DialectPostgres {
+	addColumn := `ALTER TABLE runs ADD COLUMN IF NOT EXISTS deleted_ms BIGINT`
+	deleted := `json_extract(body, '$.deleted')`
+	if dialect == goose.DialectSQLite3 {
+		addColumn = `ALTER TABLE runs ADD COLUMN deleted_ms BIGINT`
+	} else {
 		// A record's JSON may hold an escaped NUL, which PostgreSQL refuses to read as JSON: read
 		// as another character (an escape of the same length, so the escapes around it stay).
-		fill = `UPDATE runs SET deleted_ms = ROUND(EXTRACT(EPOCH FROM (REPLACE(body, E'\\u0000', E'\\ufffd')::json ->> 'deleted')::timestamptz) * 1000)::bigint
-WHERE body LIKE '%"deleted":%'`
+		deleted = `REPLACE(body, E'\\u0000', E'\\ufffd')::json ->> 'deleted'`
 	}
-	up := []string{
-		`ALTER TABLE runs ADD COLUMN deleted_ms BIGINT`,
-		fill,
-		`CREATE INDEX runs_by_deleted ON runs (deleted_ms)`,
-	}
-	down := []string{`DROP INDEX runs_by_deleted`, `ALTER TABLE runs DROP COLUMN deleted_ms`}
-	run := func(statements []string) *goose.GoFunc {
-		return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-			for _, statement := range statements {
-				if _, err := tx.ExecContext(ctx, statement); err != nil {
+	up := func(ctx context.Context, db *sql.DB) error {
+		has := 0 // PostgreSQL adds the column if it has not
+		if dialect == goose.DialectSQLite3 {
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'deleted_ms'`).Scan(&has); err != nil {
+				return err
+			}
+		}
+		if has == 0 {
+			if _, err := db.ExecContext(ctx, addColumn); err != nil {
+				return err
+			}
+		}
+		if _, err := db.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS runs_by_deleted ON runs (deleted_ms)`); err != nil {
+			return err
+		}
+		// The ended runs (a deleted TrainJob's run has ended), a thousand at a time in the order
+		// of their UIDs; each time read as Go reads it, as Put writes it.
+		for last := ""; ; {
+			rows, err := db.QueryContext(ctx, `SELECT uid, `+deleted+` FROM runs
+WHERE uid > $1 AND ended_ms IS NOT NULL AND deleted_ms IS NULL AND body LIKE '%"deleted":%' ORDER BY uid LIMIT 1000`, last)
+			if err != nil {
+				return err
+			}
+			read := 0
+			times := map[string]int64{}
+			for rows.Next() {
+				var uid string
+				var at sql.NullString
+				if err := rows.Scan(&uid, &at); err != nil {
+					rows.Close()
 					return err
 				}
+				read, last = read+1, uid
+				if t, err := time.Parse(time.RFC3339Nano, at.String); at.Valid && err == nil {
+					times[uid] = t.UnixMilli()
+				}
 			}
-			return nil
-		}}
+			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+				return err
+			}
+			if read == 0 {
+				return nil
+			}
+			if err := setDeleted(ctx, db, times); err != nil {
+				return fmt.Errorf("filling in the deletion of the runs up to %q: %w", last, err)
+			}
+		}
 	}
-	return goose.NewGoMigration(3, run(up), run(down))
+	down := func(ctx context.Context, db *sql.DB) error {
+		for _, statement := range []string{`DROP INDEX IF EXISTS runs_by_deleted`, `ALTER TABLE runs DROP COLUMN deleted_ms`} {
+			if _, err := db.ExecContext(ctx, statement); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return goose.NewGoMigration(3, &goose.GoFunc{RunDB: up}, &goose.GoFunc{RunDB: down})
+}
+
+// setDeleted writes the deletion times of runs, by UID, in one transaction.
+func setDeleted(ctx context.Context, db *sql.DB, times map[string]int64) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after a commit it does nothing
+	for uid, ms := range times {
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET deleted_ms = $1 WHERE uid = $2`, ms, uid); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // Close closes the database.

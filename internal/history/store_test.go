@@ -289,17 +289,28 @@ func TestStore(t *testing.T) {
 				_, err = provider.DownTo(ctx, 2)
 				require.NoError(t, err)
 				deleted := run("deleted", "a", "x", t0, trainer.TrainJobComplete)
-				deleted.Deleted = ptrTime(t0.Add(2*time.Hour + 1500*time.Millisecond))
-				deleted.Message = "a NUL \x00 in its message" // escaped in the JSON, refused by PostgreSQL's jsonb
+				deleted.Deleted = ptrTime(t0.Add(2*time.Hour + 1999600*time.Microsecond)) // ...01.999 as Go's milliseconds
+				deleted.Message = "a NUL \x00 in its message"                             // escaped in the JSON, refused by PostgreSQL's jsonb
 				there := run("there", "a", "y", t0, trainer.TrainJobComplete)
-				for _, r := range []*Record{deleted, there} {
+				there.Labels = map[string]string{"deleted": "2026-11-01T12:00:00Z"}
+				there.Message = `"deleted":"2026-11-01T12:00:00Z"`
+				records := []*Record{deleted, there}
+				for i := range 2100 { // more than a batch
+					r := run(fmt.Sprintf("bulk-%04d", i), "a", "z", t0, trainer.TrainJobComplete)
+					r.Deleted = ptrTime(t0.Add(time.Duration(i) * time.Second))
+					records = append(records, r)
+				}
+				tx, err := s.db.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				for _, r := range records {
 					body, err := encode(r)
 					require.NoError(t, err)
-					_, err = s.db.ExecContext(ctx, `INSERT INTO runs (uid, namespace, name, creator, runtime_kind, runtime_name, framework, queue,
+					_, err = tx.ExecContext(ctx, `INSERT INTO runs (uid, namespace, name, creator, runtime_kind, runtime_name, framework, queue,
     state, reason, created_ms, ended_ms, nodes, gpus_per_node, node_seconds, gpu_seconds, observed_ms, body)
 VALUES ($1, 'a', 'x', '', '', '', '', '', '', '', 0, $2, 0, 0, 0, 0, 0, $3)`, r.UID, r.Ended().UnixMilli(), body)
 					require.NoError(t, err)
 				}
+				require.NoError(t, tx.Commit())
 				_, err = provider.Up(ctx)
 				require.NoError(t, err)
 				got := map[string]*int64{}
@@ -312,7 +323,21 @@ VALUES ($1, 'a', 'x', '', '', '', '', '', '', '', 0, $2, 0, 0, 0, 0, 0, $3)`, r.
 					got[uid] = ms
 				}
 				require.NoError(t, rows.Err())
-				require.Equal(t, map[string]*int64{"deleted": ptr.To(deleted.Deleted.UnixMilli()), "there": nil}, got)
+				want := map[string]*int64{}
+				for _, r := range records {
+					want[r.UID] = millis(r.Deleted)
+				}
+				require.Equal(t, want, got)
+				require.EqualValues(t, t0.Add(2*time.Hour+1999*time.Millisecond).UnixMilli(), *got["deleted"])
+
+				// Down and up again, with the runs in the table.
+				_, err = provider.DownTo(ctx, 2)
+				require.NoError(t, err)
+				_, err = provider.Up(ctx)
+				require.NoError(t, err)
+				var filled int
+				require.NoError(t, s.db.QueryRowContext(ctx, "SELECT COUNT(deleted_ms) FROM runs").Scan(&filled))
+				require.Equal(t, len(records)-1, filled)
 			})
 
 			t.Run("a record too big to keep whole loses older progress, not its end", func(t *testing.T) {

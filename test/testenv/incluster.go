@@ -33,7 +33,7 @@ const (
 // envtest writes its own certificates only when the API server's folder has none: these are
 // written there first, with the files envtest would write, and its CA set for the kubeconfigs.
 func configureInCluster(apiServer *envtest.APIServer) error {
-	ip, err := nodeIP()
+	ip, err := NodeIP()
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,7 @@ type Installed struct {
 	// kustomize install applied, of each release; a Helm install's CRDs.
 	Objects  []*unstructured.Unstructured
 	replicas int32
+	patches  []string
 	cluster  *Cluster
 }
 
@@ -91,9 +92,10 @@ type Installed struct {
 // would (InstallKustomize, InstallHelm; the Helm release into namespace, made first with the
 // restricted Pod Security standard), with replicas of the manager placed on the real node, the
 // only node that runs real containers: the placement a user's kustomization or values give. It
-// returns once the objects are applied; WaitReady waits for the manager.
-func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, replicas int32, rel Release) (*Installed, error) {
-	in := &Installed{How: how, Namespace: namespace, replicas: replicas, cluster: c}
+// returns once the objects are applied; WaitReady waits for the manager. patches are more
+// entries of the user's kustomization's patches (kustomize installs), as YAML.
+func (c *Cluster) InstallOperator(ctx context.Context, how, namespace string, replicas int32, rel Release, patches ...string) (*Installed, error) {
+	in := &Installed{How: how, Namespace: namespace, replicas: replicas, cluster: c, patches: patches}
 	switch how {
 	case InstallKustomize, InstallKustomizeHistory:
 		in.Namespace = OperatorNamespace
@@ -192,7 +194,7 @@ patches:
   patch: |-
     - {op: add, path: /spec/template/spec/nodeSelector, value: {%[6]s: %[7]s}}
     - {op: add, path: /spec/template/spec/tolerations, value: [{key: %[8]q, operator: Exists, effect: NoSchedule}]}
-`, base, name, tag, ManagerDeployment, in.replicas, NodeLabel, RealNodeLabel, RealNodeTaint, HistoryDeployment)), 0o644); err != nil {
+`, base, name, tag, ManagerDeployment, in.replicas, NodeLabel, RealNodeLabel, RealNodeTaint, HistoryDeployment)+strings.Join(in.patches, "\n")), 0o644); err != nil {
 		return err
 	}
 	objs, err := Kustomize(dir)

@@ -108,9 +108,9 @@ func missingRealNodeParts() []string {
 	return missing
 }
 
-// nodeIP is this machine's first IPv4 address that is not loopback: the real node's address,
+// NodeIP is this machine's first IPv4 address that is not loopback: the real node's address,
 // which its pods reach through their bridge.
-func nodeIP() (string, error) {
+func NodeIP() (string, error) {
 	ifaces, err := net.Interfaces()
 	if err != nil {
 		return "", err
@@ -142,7 +142,7 @@ func (c *Cluster) startRealNode(ctx context.Context, extraImages []string) error
 	if os.Geteuid() != 0 {
 		return errors.New("a real node needs root: kubelet and containerd manage cgroups, mounts and network namespaces")
 	}
-	ip, err := nodeIP()
+	ip, err := NodeIP()
 	if err != nil {
 		return err
 	}

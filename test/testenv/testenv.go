@@ -141,7 +141,7 @@ func newEnv(s *settings) (*envtest.Environment, error) {
 		if s.local != nil && s.local.RealNode {
 			// The webhook server, and so the progress endpoint, on the machine's address, which
 			// the real node's pods reach (loopback is their own).
-			if env.WebhookInstallOptions.LocalServingHost, err = nodeIP(); err != nil {
+			if env.WebhookInstallOptions.LocalServingHost, err = NodeIP(); err != nil {
 				return nil, err
 			}
 		}

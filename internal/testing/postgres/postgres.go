@@ -3,8 +3,10 @@ package postgres
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -34,6 +36,19 @@ func postgresBin(name string) (string, error) {
 // PostgreSQL refuses to run as root, so as root it runs as the user postgres, which Debian's
 // package makes.
 func Start(t testing.TB) string {
+	t.Helper()
+	return start(t, "127.0.0.1", "")
+}
+
+// StartFor starts a PostgreSQL server as Start does, but listening on addr, for clients from
+// anywhere (a local cluster's pods) who sign in as postgres with password, and returns the URL
+// of its database "postgres" at addr.
+func StartFor(t testing.TB, addr, password string) string {
+	t.Helper()
+	return start(t, addr, password)
+}
+
+func start(t testing.TB, addr, password string) string {
 	t.Helper()
 	initdb, err := postgresBin("initdb")
 	if err != nil {
@@ -70,16 +85,36 @@ func Start(t testing.TB) string {
 		}
 	}
 	data := filepath.Join(dir, "data")
-	run(initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-	port := freePort(t)
-	options := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", port, dir)
+	auth := []string{"-A", "trust"}
+	login := url.User("postgres")
+	if password != "" {
+		pwfile := filepath.Join(dir, "password")
+		if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		auth = []string{"--auth-local=trust", "--auth-host=scram-sha-256", "--pwfile=" + pwfile}
+		login = url.UserPassword("postgres", password)
+	}
+	run(append([]string{initdb, "-D", data, "-U", "postgres", "--no-sync", "-E", "UTF8"}, auth...)...)
+	if password != "" {
+		hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = hba.WriteString("host all all 0.0.0.0/0 scram-sha-256\n")
+		if err = errors.Join(err, hba.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := freePort(t, addr)
+	options := fmt.Sprintf("-p %d -k %s -c listen_addresses=%s -c fsync=off -c synchronous_commit=off -c full_page_writes=off", port, dir, addr)
 	run(pgctl, "-D", data, "-o", options, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "start")
 	t.Cleanup(func() {
 		args := append(asUser, pgctl, "-D", data, "-m", "immediate", "-w", "stop")
 		_ = exec.Command(args[0], args[1:]...).Run()
 	})
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	db, err := sql.Open("pgx", url)
+	location := (&url.URL{Scheme: "postgres", User: login, Host: net.JoinHostPort(addr, strconv.Itoa(port)), Path: "/postgres", RawQuery: "sslmode=disable"}).String()
+	db, err := sql.Open("pgx", location)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +130,11 @@ func Start(t testing.TB) string {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		t.Fatalf("PostgreSQL did not answer: %v\n%s", err, log)
 	}
-	return url
+	return location
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(t testing.TB, addr string) int {
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

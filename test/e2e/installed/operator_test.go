@@ -36,9 +36,9 @@ func repoRoot(t *testing.T) string {
 
 // install installs a release of the operator as testenv.InstallOperator does, with two replicas,
 // and removes it when the test ends.
-func install(t *testing.T, how, namespace string, rel testenv.Release) *testenv.Installed {
+func install(t *testing.T, how, namespace string, rel testenv.Release, patches ...string) *testenv.Installed {
 	t.Helper()
-	in, err := cluster.InstallOperator(context.Background(), how, namespace, 2, rel)
+	in, err := cluster.InstallOperator(context.Background(), how, namespace, 2, rel, patches...)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, in.Uninstall(context.Background())) })
 	return in
