@@ -59,6 +59,7 @@ const databaseEnv = "TRAINJOB_HISTORY_DATABASE"
 // server's certificate in a Secret of its own namespace and puts the CA into its APIService.
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
 // +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.history.trainer.kubeflow.org,verbs=update;patch

@@ -210,9 +210,24 @@ func (r *Recorder) prune(ctx context.Context) {
 // endVanished records the deletion of the TrainJobs whose runs the history holds as not deleted,
 // but which are not among live: they went while no recorder ran, without the history's finalizer
 // (made before the history was installed, or the finalizer taken off). Deleted, as far as the
-// history can tell, when it came back: their runs end then, in the state last seen, and retention
-// may forget them in time.
+// history can tell, when it came back (Record.Vanished). Each is looked for in the API server
+// first: one the cache had not seen yet is not gone. Nothing is ended in a database that holds
+// another cluster's runs: there, every run of that cluster would look gone.
 func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) error {
+	log := ctrl.LoggerFrom(ctx).WithName("history")
+	system := &corev1.Namespace{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, system); err != nil {
+		return fmt.Errorf("reading the cluster's identity (the UID of namespace %s): %w", metav1.NamespaceSystem, err)
+	}
+	holder, err := r.Store.ClaimCluster(ctx, string(system.UID))
+	if err != nil {
+		return err
+	}
+	if holder != string(system.UID) {
+		log.Error(nil, "The history's database holds the runs of another cluster: give each cluster's history a database of its own. "+
+			"Runs whose TrainJobs went while the history was away are not ended", "thisCluster", system.UID, "databasesCluster", holder)
+		return nil
+	}
 	undeleted, err := r.Store.Undeleted(ctx)
 	if err != nil {
 		return err
@@ -222,9 +237,20 @@ func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) err
 		exists[string(live[i].UID)] = true
 	}
 	undeleted = slices.DeleteFunc(undeleted, func(uid string) bool { return exists[uid] })
-	records, err := r.Store.GetMany(ctx, undeleted)
+	candidates, err := r.Store.GetMany(ctx, undeleted)
 	if err != nil {
 		return err
+	}
+	var records []*Record
+	for _, p := range candidates {
+		tj := &trainer.TrainJob{}
+		err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, tj)
+		switch {
+		case apierrors.IsNotFound(err), err == nil && string(tj.UID) != p.UID:
+			records = append(records, p)
+		case err != nil:
+			return fmt.Errorf("looking for TrainJob %s/%s: %w", p.Namespace, p.Name, err)
+		}
 	}
 	now := r.Now()
 	prev := make(map[string]*Record, len(records))
@@ -239,7 +265,7 @@ func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) err
 	}
 	countWritten(prev, slices.DeleteFunc(writes, func(rec *Record) bool { return !written[rec.UID] }))
 	if len(written) > 0 {
-		ctrl.LoggerFrom(ctx).WithName("history").Info("Recorded the deletion of TrainJobs that went while the history was away", "trainJobs", len(written))
+		log.Info("Recorded the deletion of TrainJobs that went while the history was away", "trainJobs", len(written))
 	}
 	return nil
 }

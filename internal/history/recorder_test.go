@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -188,24 +189,39 @@ func TestAReleaseWaitsForItsRecord(t *testing.T) {
 }
 
 // A TrainJob that went while no recorder ran, without the finalizer, has its run ended when the
-// recorder starts: deleted then, in the state last seen. The runs of TrainJobs that exist, and
-// those already deleted, are left as they are.
+// recorder starts: deleted then, in the state last seen. The runs of TrainJobs that exist (in the
+// cache, or only in the API server yet), and those already deleted, are left as they are; and
+// nothing is ended in a database that holds another cluster's runs.
 func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	ctx := context.Background()
-	store, _ := recorderFixture(t)
+	store, scheme := recorderFixture(t)
 	running := trainJob()
 	running.Status.State, running.Status.ReadyTime = trainer.TrainJobRunning, mt(1)
-	here, went, deleted := *running, *running, *running
-	here.UID, went.UID, deleted.UID = "here", "went", "deleted"
+	here, went, deleted, late := *running, *running, *running, *running
+	here.UID, went.UID, deleted.UID, late.UID = "here", "went", "deleted", "late"
+	went.Name, late.Name = "went", "late"
 	deleted.DeletionTimestamp = mt(3)
 	var records []*Record
-	for _, tj := range []*trainer.TrainJob{&here, &went, &deleted} {
+	for _, tj := range []*trainer.TrainJob{&here, &went, &deleted, &late} {
 		records = append(records, Observe(nil, tj, Shape{Nodes: 2, GPUsPerNode: 4}, at(5)))
 	}
 	require.NoError(t, store.Put(ctx, records))
 	require.NotNil(t, records[1].RunningSince, "went was running when last seen")
+	system := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system", UID: "this-cluster"}}
+	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(system, late.DeepCopy()).Build()
 
-	r := &Recorder{Store: store, Now: func() time.Time { return at(60) }}
+	// Another cluster's database: nothing is ended.
+	other, err := store.ClaimCluster(ctx, "another-cluster")
+	require.NoError(t, err)
+	require.Equal(t, "another-cluster", other)
+	r := &Recorder{Store: store, Reader: api, Now: func() time.Time { return at(60) }}
+	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}))
+	undeleted, err := store.Undeleted(ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"here", "went", "late"}, undeleted)
+	_, err = store.db.ExecContext(ctx, "DELETE FROM history_meta")
+	require.NoError(t, err)
+
 	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}))
 	got, err := store.Get(ctx, "went")
 	require.NoError(t, err)
@@ -220,15 +236,15 @@ func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	usage, err := store.UsageBy(ctx, UsageQuery{By: "namespace", Namespace: "team-a", Since: at(0), Now: at(30 * 24 * 60)})
 	require.NoError(t, err)
 	require.Len(t, usage, 1)
-	require.InDelta(t, 4*60*2*4+(30*24*60-1)*60*2*4+2*60*2*4, usage[0].GPUSeconds, 0.001, "went's use stopped; here's goes on; deleted's ended")
-	for uid, want := range map[string]*Record{"here": records[0], "deleted": records[2]} {
+	require.InDelta(t, 4*60*2*4+2*(30*24*60-1)*60*2*4+2*60*2*4, usage[0].GPUSeconds, 0.001, "went's use stopped; here's and late's go on; deleted's ended")
+	for uid, want := range map[string]*Record{"here": records[0], "deleted": records[2], "late": records[3]} {
 		got, err := store.Get(ctx, uid)
 		require.NoError(t, err)
 		require.Equal(t, want.Observed, got.Observed, "%s was written again", uid)
 	}
-	undeleted, err := store.Undeleted(ctx)
+	undeleted, err = store.Undeleted(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"here"}, undeleted)
+	require.ElementsMatch(t, []string{"here", "late"}, undeleted)
 
 	// A record that knew its deletion keeps its time.
 	known := records[2].Vanished(at(60))
@@ -244,5 +260,6 @@ func recorderFixture(t *testing.T) (*Store, *runtime.Scheme) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, trainer.AddToScheme(scheme))
 	require.NoError(t, jobsetv1alpha2.AddToScheme(scheme))
+	require.NoError(t, corev1.AddToScheme(scheme))
 	return store, scheme
 }

@@ -790,6 +790,20 @@ ORDER BY deleted_ms DESC, uid DESC LIMIT 1 OFFSET `+strconv.Itoa(r.MaxRuns)).Sca
 	return res.RowsAffected()
 }
 
+// ClaimCluster records that the history holds the runs of the cluster with id, unless it holds
+// another cluster's already, and returns the cluster whose runs it holds.
+func (s *Store) ClaimCluster(ctx context.Context, id string) (string, error) {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO history_meta (meta_key, meta_value) VALUES ('cluster', $1)
+ON CONFLICT (meta_key) DO NOTHING`, id); err != nil {
+		return "", fmt.Errorf("recording the history's cluster: %w", err)
+	}
+	var holder string
+	if err := s.db.QueryRowContext(ctx, `SELECT meta_value FROM history_meta WHERE meta_key = 'cluster'`).Scan(&holder); err != nil {
+		return "", fmt.Errorf("reading the history's cluster: %w", err)
+	}
+	return holder, nil
+}
+
 // Undeleted is the UIDs of the runs whose TrainJobs' deletion the history has not recorded.
 func (s *Store) Undeleted(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT uid FROM runs WHERE deleted_ms IS NULL`)
