@@ -182,7 +182,7 @@ func main() {
 		Metrics:  metricsOpts,
 		WebhookServer: operatorwebhook.NewServer(webhook.Options{
 			Host: webhookHost, Port: webhookPort, CertDir: certOpts.CertDir, TLSOpts: tlsOpts,
-		}),
+		}, operatorwebhook.Drain),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          enableLeaderElection,

@@ -2,16 +2,21 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
@@ -82,7 +87,7 @@ func TestRequestsInFlightOutliveTheStop(t *testing.T) {
 // The server finishes the admissions in flight, through the handlers it registers; other handlers
 // keep the server's context.
 func TestTheServerFinishesAdmissionsOnly(t *testing.T) {
-	srv := NewServer(webhook.Options{})
+	srv := NewServer(webhook.Options{}, 0)
 	var seen = map[string]error{}
 	srv.Register("/admit", &admission.Webhook{Handler: admission.HandlerFunc(func(ctx context.Context, _ admission.Request) admission.Response {
 		seen["/admit"] = ctx.Err()
@@ -102,4 +107,54 @@ func TestTheServerFinishesAdmissionsOnly(t *testing.T) {
 	require.Contains(t, seen, "/admit")
 	assert.NoError(t, seen["/admit"], "an admission in flight is finished")
 	assert.ErrorIs(t, seen["/progress"], context.Canceled, "the progress endpoint keeps the server's context")
+}
+
+// Told to stop, the server drains: for drain longer it answers on the connections it has, each
+// answer closing its connection (the API server opens its next one to a pod that serves), and
+// only then stops. Before, its connections are kept alive.
+func TestTheServerDrainsBeforeItStops(t *testing.T) {
+	dir := t.TempDir()
+	crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+
+	const drain = 2 * time.Second
+	srv := NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir}, drain)
+	srv.Register("/admit", &admission.Webhook{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+		return admission.Allowed("")
+	})})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test's own certificate
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","object":{}}}`
+	admit := func() (*http.Response, error) {
+		resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d/admit?timeout=5s", port), "application/json", strings.NewReader(review))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	require.Eventually(t, func() bool { _, err := admit(); return err == nil }, 10*time.Second, 50*time.Millisecond, "the server did not serve")
+	resp, err := admit()
+	require.NoError(t, err)
+	assert.False(t, resp.Close, "a connection closed while the server serves")
+
+	stop()
+	stopped := time.Now()
+	time.Sleep(drain / 4)
+	resp, err = admit()
+	require.NoError(t, err, "refused while draining")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.True(t, resp.Close, "a connection kept alive while draining")
+	require.NoError(t, <-done)
+	assert.GreaterOrEqual(t, time.Since(stopped), drain, "stopped before draining")
 }

@@ -68,7 +68,7 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		GracefulShutdownTimeout: ptr.To(time.Second),
 		WebhookServer: operatorwebhook.NewServer(webhook.Options{
 			Host: hooks.LocalServingHost, Port: hooks.LocalServingPort, CertDir: hooks.LocalServingCertDir,
-		}),
+		}, 0),
 	})
 	if err != nil {
 		return nil, err
