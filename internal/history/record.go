@@ -163,15 +163,20 @@ func Observe(prev *Record, tj *trainer.TrainJob, shape Shape, now time.Time) *Re
 
 // Vanished is the record of a run whose TrainJob went while no recorder watched (without the
 // history's finalizer): deleted at now, as far as the history can tell, unless the record knew
-// its deletion already; a running period it saw begin closed when the record last saw it, so
-// that the time the history was away is not counted as the run's.
-func (r *Record) Vanished(now time.Time) *Record {
+// its deletion already. A running period it saw begin is closed when the history was last
+// recording (lastAlive, or the record's own last observation if later): the TrainJob was there
+// then, or its deletion would have been seen; the time the history was away is not counted.
+func (r *Record) Vanished(now, lastAlive time.Time) *Record {
 	v := *r
 	if v.Deleted == nil {
 		v.Deleted = ptrTime(now)
 	}
 	if v.RunningSince != nil {
-		v.RunningSeconds += max(0, r.Observed.Sub(*v.RunningSince).Seconds())
+		end := r.Observed
+		if lastAlive.After(end) && lastAlive.Before(now) {
+			end = lastAlive
+		}
+		v.RunningSeconds += max(0, end.Sub(*v.RunningSince).Seconds())
 		v.RunningSince = nil
 	}
 	v.NodeSeconds = v.RunningSeconds * float64(v.Nodes)

@@ -51,6 +51,8 @@ const (
 	DefaultKubeAPIBurst = 300
 	// PruneEvery is how often retention runs, and the database's statistics are brought up to date.
 	PruneEvery = time.Hour
+	// AliveEvery is how often the recording history writes down that it records.
+	AliveEvery = time.Minute
 )
 
 // Recorder writes a record of every TrainJob the manager's cache sees, as it changes, in
@@ -141,11 +143,16 @@ func (r *Recorder) Start(ctx context.Context) error {
 	for i := range all.Items {
 		r.queue.Add(client.ObjectKeyFromObject(&all.Items[i]))
 	}
-	if err := r.endVanished(ctx, all.Items); err != nil {
+	lastAlive, err := r.Store.LastAlive(ctx)
+	if err != nil {
+		log.Error(err, "Reading when the history last recorded failed")
+	}
+	if err := r.endVanished(ctx, all.Items, lastAlive); err != nil {
 		// Not a reason to record nothing: the next start tries again.
 		log.Error(err, "Recording the deletion of TrainJobs that went while the history was away failed")
 	}
 	go r.prune(ctx)
+	go r.heartbeat(ctx)
 	for {
 		key, shutdown := r.queue.Get()
 		if shutdown {
@@ -183,6 +190,23 @@ func (r *Recorder) Start(ctx context.Context) error {
 	}
 }
 
+// heartbeat records, every AliveEvery, that the history records: the runs of TrainJobs that go
+// while it is away are counted running until then (Record.Vanished).
+func (r *Recorder) heartbeat(ctx context.Context) {
+	ticker := time.NewTicker(AliveEvery)
+	defer ticker.Stop()
+	for {
+		if err := r.Store.Alive(ctx, r.Now()); err != nil && ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).WithName("history").Error(err, "Recording that the history records failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
 func (r *Recorder) prune(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("history")
 	ticker := time.NewTicker(PruneEvery)
@@ -211,21 +235,22 @@ func (r *Recorder) prune(ctx context.Context) {
 // but which are not among live: they went while no recorder ran, without the history's finalizer
 // (made before the history was installed, or the finalizer taken off). Deleted, as far as the
 // history can tell, when it came back (Record.Vanished). Each is looked for in the API server
-// first: one the cache had not seen yet is not gone. Nothing is ended in a database that holds
-// another cluster's runs: there, every run of that cluster would look gone.
-func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) error {
+// first: one the cache had not seen yet is not gone (one that cannot be looked for is left for
+// the next start). Nothing is ended in a database that holds another cluster's runs: there,
+// every run of that cluster would look gone.
+func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob, lastAlive time.Time) error {
 	log := ctrl.LoggerFrom(ctx).WithName("history")
 	system := &corev1.Namespace{}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, system); err != nil {
 		return fmt.Errorf("reading the cluster's identity (the UID of namespace %s): %w", metav1.NamespaceSystem, err)
 	}
-	holder, err := r.Store.ClaimCluster(ctx, string(system.UID))
+	alone, err := r.Store.ClaimCluster(ctx, string(system.UID))
 	if err != nil {
 		return err
 	}
-	if holder != string(system.UID) {
-		log.Error(nil, "The history's database holds the runs of another cluster: give each cluster's history a database of its own. "+
-			"Runs whose TrainJobs went while the history was away are not ended", "thisCluster", system.UID, "databasesCluster", holder)
+	if !alone {
+		log.Error(nil, "The history's database holds the runs of another cluster too: give each cluster's history a database of its own. "+
+			"Runs whose TrainJobs went while the history was away are not ended", "cluster", system.UID)
 		return nil
 	}
 	undeleted, err := r.Store.Undeleted(ctx)
@@ -241,15 +266,27 @@ func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) err
 	if err != nil {
 		return err
 	}
+	gone := make([]bool, len(candidates))
+	var lookups errgroup.Group
+	lookups.SetLimit(releaseConcurrency)
+	for i, p := range candidates {
+		lookups.Go(func() error {
+			tj := &trainer.TrainJob{}
+			err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, tj)
+			switch {
+			case apierrors.IsNotFound(err), err == nil && string(tj.UID) != p.UID:
+				gone[i] = true
+			case err != nil:
+				log.Error(err, "Looking for a TrainJob whose run is not ended failed; it is looked for again at the next start", "trainJob", klog.KRef(p.Namespace, p.Name))
+			}
+			return nil
+		})
+	}
+	_ = lookups.Wait()
 	var records []*Record
-	for _, p := range candidates {
-		tj := &trainer.TrainJob{}
-		err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, tj)
-		switch {
-		case apierrors.IsNotFound(err), err == nil && string(tj.UID) != p.UID:
+	for i, p := range candidates {
+		if gone[i] {
 			records = append(records, p)
-		case err != nil:
-			return fmt.Errorf("looking for TrainJob %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	now := r.Now()
@@ -257,7 +294,7 @@ func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob) err
 	writes := make([]*Record, len(records))
 	for i, p := range records {
 		prev[p.UID] = p
-		writes[i] = p.Vanished(now)
+		writes[i] = p.Vanished(now, lastAlive)
 	}
 	written, err := r.Store.put(ctx, writes)
 	if err != nil {

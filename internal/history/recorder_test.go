@@ -197,46 +197,64 @@ func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	store, scheme := recorderFixture(t)
 	running := trainJob()
 	running.Status.State, running.Status.ReadyTime = trainer.TrainJobRunning, mt(1)
-	here, went, deleted, late := *running, *running, *running, *running
-	here.UID, went.UID, deleted.UID, late.UID = "here", "went", "deleted", "late"
-	went.Name, late.Name = "went", "late"
+	here, went, deleted, late, unknown := *running, *running, *running, *running, *running
+	here.UID, went.UID, deleted.UID, late.UID, unknown.UID = "here", "went", "deleted", "late", "unknown"
+	went.Name, late.Name, unknown.Name = "went", "late", "unknown"
 	deleted.DeletionTimestamp = mt(3)
 	var records []*Record
-	for _, tj := range []*trainer.TrainJob{&here, &went, &deleted, &late} {
+	for _, tj := range []*trainer.TrainJob{&here, &went, &deleted, &late, &unknown} {
 		records = append(records, Observe(nil, tj, Shape{Nodes: 2, GPUsPerNode: 4}, at(5)))
 	}
 	require.NoError(t, store.Put(ctx, records))
 	require.NotNil(t, records[1].RunningSince, "went was running when last seen")
 	system := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system", UID: "this-cluster"}}
-	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(system, late.DeepCopy()).Build()
+	// unknown cannot be looked for: it is left for the next start.
+	api := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(system, late.DeepCopy()).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if key.Name == "unknown" {
+				return errors.New("the API server is in a bad mood")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
 
-	// Another cluster's database: nothing is ended.
-	other, err := store.ClaimCluster(ctx, "another-cluster")
+	// Another cluster's database: nothing is ended, by this cluster's history nor by the other's
+	// once this one saw it shared.
+	alone, err := store.ClaimCluster(ctx, "another-cluster")
 	require.NoError(t, err)
-	require.Equal(t, "another-cluster", other)
+	require.True(t, alone)
 	r := &Recorder{Store: store, Reader: api, Now: func() time.Time { return at(60) }}
-	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}))
+	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}, time.Time{}))
 	undeleted, err := store.Undeleted(ctx)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"here", "went", "late"}, undeleted)
+	require.ElementsMatch(t, []string{"here", "went", "late", "unknown"}, undeleted)
+	alone, err = store.ClaimCluster(ctx, "another-cluster")
+	require.NoError(t, err)
+	require.False(t, alone, "the first cluster is not told its database is shared")
 	_, err = store.db.ExecContext(ctx, "DELETE FROM history_meta")
 	require.NoError(t, err)
 
-	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}))
+	// The history was last recording at minute 30: went ran until then.
+	require.NoError(t, store.Alive(ctx, at(30)))
+	lastAlive, err := store.LastAlive(ctx)
+	require.NoError(t, err)
+	require.Equal(t, at(30), lastAlive)
+	require.NoError(t, r.endVanished(ctx, []trainer.TrainJob{here}, lastAlive))
 	got, err := store.Get(ctx, "went")
 	require.NoError(t, err)
 	require.Equal(t, at(60), *got.Deleted)
 	require.Equal(t, at(60), *got.Ended())
 	require.Equal(t, trainer.TrainJobRunning, got.State)
-	// It ran from its readiness to when it was last seen: the history's absence is not its use,
-	// and its use stops growing.
+	// It ran from its readiness to when the history was last recording (its record, unchanged,
+	// was last written at minute 5): the history's absence is not its use, and its use stops
+	// growing.
 	require.Nil(t, got.RunningSince)
-	require.InDelta(t, 4*60, got.RunningSeconds, 0.001)
-	require.InDelta(t, 4*60*2*4, got.GPUSeconds, 0.001)
+	require.InDelta(t, 29*60, got.RunningSeconds, 0.001)
+	require.InDelta(t, 29*60*2*4, got.GPUSeconds, 0.001)
 	usage, err := store.UsageBy(ctx, UsageQuery{By: "namespace", Namespace: "team-a", Since: at(0), Now: at(30 * 24 * 60)})
 	require.NoError(t, err)
 	require.Len(t, usage, 1)
-	require.InDelta(t, 4*60*2*4+2*(30*24*60-1)*60*2*4+2*60*2*4, usage[0].GPUSeconds, 0.001, "went's use stopped; here's and late's go on; deleted's ended")
+	require.InDelta(t, 29*60*2*4+3*(30*24*60-1)*60*2*4+2*60*2*4, usage[0].GPUSeconds, 0.001, "went's use stopped; here's, late's and unknown's go on; deleted's ended")
 	for uid, want := range map[string]*Record{"here": records[0], "deleted": records[2], "late": records[3]} {
 		got, err := store.Get(ctx, uid)
 		require.NoError(t, err)
@@ -244,11 +262,13 @@ func TestARunWhoseTrainJobWentUnseenEnds(t *testing.T) {
 	}
 	undeleted, err = store.Undeleted(ctx)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"here", "late"}, undeleted)
+	require.ElementsMatch(t, []string{"here", "late", "unknown"}, undeleted)
 
 	// A record that knew its deletion keeps its time.
-	known := records[2].Vanished(at(60))
+	known := records[2].Vanished(at(60), time.Time{})
 	require.Equal(t, at(3), *known.Deleted)
+	// A time the history recorded that is not before now (a clock set back) is not taken.
+	require.InDelta(t, 4*60, records[1].Vanished(at(60), at(90)).RunningSeconds, 0.001)
 }
 
 // recorderFixture is a SQLite store in the test's folder, and the scheme of what a recorder reads.

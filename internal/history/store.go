@@ -791,17 +791,59 @@ ORDER BY deleted_ms DESC, uid DESC LIMIT 1 OFFSET `+strconv.Itoa(r.MaxRuns)).Sca
 }
 
 // ClaimCluster records that the history holds the runs of the cluster with id, unless it holds
-// another cluster's already, and returns the cluster whose runs it holds.
-func (s *Store) ClaimCluster(ctx context.Context, id string) (string, error) {
+// another cluster's, and says whether it holds this cluster's alone. A database that two
+// clusters' histories were given is marked shared, for both to see, whichever started first.
+func (s *Store) ClaimCluster(ctx context.Context, id string) (alone bool, err error) {
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO history_meta (meta_key, meta_value) VALUES ('cluster', $1)
 ON CONFLICT (meta_key) DO NOTHING`, id); err != nil {
-		return "", fmt.Errorf("recording the history's cluster: %w", err)
+		return false, fmt.Errorf("recording the history's cluster: %w", err)
 	}
-	var holder string
-	if err := s.db.QueryRowContext(ctx, `SELECT meta_value FROM history_meta WHERE meta_key = 'cluster'`).Scan(&holder); err != nil {
-		return "", fmt.Errorf("reading the history's cluster: %w", err)
+	meta, err := s.meta(ctx)
+	if err != nil {
+		return false, err
 	}
-	return holder, nil
+	if meta["cluster"] != id {
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO history_meta (meta_key, meta_value) VALUES ('shared', $1)
+ON CONFLICT (meta_key) DO NOTHING`, id); err != nil {
+			return false, fmt.Errorf("recording that the history's database is shared: %w", err)
+		}
+		return false, nil
+	}
+	_, shared := meta["shared"]
+	return !shared, nil
+}
+
+// Alive records that the history was recording at t.
+func (s *Store) Alive(ctx context.Context, t time.Time) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO history_meta (meta_key, meta_value) VALUES ('alive', $1)
+ON CONFLICT (meta_key) DO UPDATE SET meta_value = excluded.meta_value`, t.UTC().Format(time.RFC3339Nano))
+	return err
+}
+
+// LastAlive is the last time Alive recorded; zero if none.
+func (s *Store) LastAlive(ctx context.Context) (time.Time, error) {
+	meta, err := s.meta(ctx)
+	if err != nil || meta["alive"] == "" {
+		return time.Time{}, err
+	}
+	return time.Parse(time.RFC3339Nano, meta["alive"])
+}
+
+func (s *Store) meta(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT meta_key, meta_value FROM history_meta`)
+	if err != nil {
+		return nil, fmt.Errorf("reading what the history keeps about itself: %w", err)
+	}
+	defer rows.Close()
+	meta := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		meta[k] = v
+	}
+	return meta, rows.Err()
 }
 
 // Undeleted is the UIDs of the runs whose TrainJobs' deletion the history has not recorded.

@@ -330,6 +330,19 @@ VALUES ($1, 'a', 'x', '', '', '', '', '', '', '', 0, $2, 0, 0, 0, 0, 0, $3)`, r.
 				require.Equal(t, want, got)
 				require.EqualValues(t, t0.Add(2*time.Hour+1999*time.Millisecond).UnixMilli(), *got["deleted"])
 
+				// Stopped after the column was added, before the migration was recorded: run again.
+				for _, statement := range []string{"DELETE FROM goose_db_version WHERE version_id >= 3", "DROP TABLE history_meta"} {
+					_, err = s.db.ExecContext(ctx, statement)
+					require.NoError(t, err)
+				}
+				_, err = s.db.ExecContext(ctx, "UPDATE runs SET deleted_ms = NULL WHERE uid = 'bulk-2000'")
+				require.NoError(t, err)
+				_, err = provider.Up(ctx)
+				require.NoError(t, err)
+				var ms int64
+				require.NoError(t, s.db.QueryRowContext(ctx, "SELECT deleted_ms FROM runs WHERE uid = 'bulk-2000'").Scan(&ms))
+				require.Equal(t, *millis(records[2002].Deleted), ms)
+
 				// Down and up again, with the runs in the table.
 				_, err = provider.DownTo(ctx, 2)
 				require.NoError(t, err)

@@ -58,8 +58,11 @@ func (s *server) Register(path string, hook http.Handler) {
 	}))
 }
 
-// Start serves until ctx ends, then drains for s.drain, then stops.
+// Start serves until ctx ends, then drains for s.drain, then stops. The manager stops its webhooks
+// after its controllers and caches, and leader election after them: a leader's Lease is handed
+// over s.drain later, within the manager's graceful shutdown (10 s), which cuts a drain short.
 func (s *server) Start(ctx context.Context) error {
+	s.draining.Store(false)
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	go func() {
