@@ -122,6 +122,18 @@ func (c *Cluster) StartManager(opts controller.Options, cacheEdits ...func(*cach
 		stop()
 		return nil, fmt.Errorf("the manager's cache did not sync")
 	}
+	// The tests scrape its metrics: its metrics server starts beside its caches, and may listen
+	// after them.
+	if err := c.waitFor("the manager's metrics", func() bool {
+		resp, err := http.Get(c.MetricsURL())
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}); err != nil {
+		stop()
+		return nil, err
+	}
 	if c.settings.webhooks {
 		if err := waitForTLS(net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort))); err != nil {
 			stop()
