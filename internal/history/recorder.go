@@ -283,18 +283,14 @@ func (r *Recorder) endVanished(ctx context.Context, live []trainer.TrainJob, las
 		})
 	}
 	_ = lookups.Wait()
-	var records []*Record
+	now := r.Now()
+	prev := map[string]*Record{}
+	var writes []*Record
 	for i, p := range candidates {
 		if gone[i] {
-			records = append(records, p)
+			prev[p.UID] = p
+			writes = append(writes, p.Vanished(now, lastAlive))
 		}
-	}
-	now := r.Now()
-	prev := make(map[string]*Record, len(records))
-	writes := make([]*Record, len(records))
-	for i, p := range records {
-		prev[p.UID] = p
-		writes[i] = p.Vanished(now, lastAlive)
 	}
 	written, err := r.Store.put(ctx, writes)
 	if err != nil {
