@@ -115,6 +115,12 @@ test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests i
 	$(MAKE) --no-print-directory previous-release
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/installed/ -count=1 -timeout 20m $(E2E_ARGS)
 
+.PHONY: upstream-crds
+upstream-crds: ## Write upstream Kubeflow Trainer's CRDs at release UPSTREAM_TRAINER (v2.2.0), without their descriptions, into api/v1alpha1/testdata/upstream: the schema test explains each difference from ours (docs/api.md).
+	GONOSUMDB=github.com/kubeflow $(GO) run ./hack/upstreamcrds -version $(UPSTREAM_TRAINER) -out api/v1alpha1/testdata/upstream/$(UPSTREAM_TRAINER)
+
+UPSTREAM_TRAINER ?= v2.2.0
+
 .PHONY: previous-release
 previous-release: $(IMAGES_TOOL) ## Write the release test/e2e/installed upgrades from: commit PREVIOUS (HEAD~1) in bin/previous, its image in bin/images/previous-manager.tar.
 	GO=$(GO) IMAGES_TOOL=$(IMAGES_TOOL) hack/previous-release.sh "$(PREVIOUS)" "$(LOCALBIN)/previous" "$(PREVIOUS_IMG)" "$(IMAGES_DIR)/previous-manager.tar"

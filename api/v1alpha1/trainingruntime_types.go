@@ -374,7 +374,7 @@ type TorchElasticPolicy struct {
 // MPIImplementation is the MPI flavour, which decides the hostfile syntax and its environment
 // variable.
 //
-// +kubebuilder:validation:Enum=OpenMPI;Intel;MPICH
+// +kubebuilder:validation:Enum=OpenMPI;Intel;MPICH;""
 type MPIImplementation string
 
 // Supported MPI implementations.
@@ -394,7 +394,8 @@ type MPIMLPolicySource struct {
 	NumProcPerNode *int32 `json:"numProcPerNode,omitempty"`
 
 	// MPIImplementation is OpenMPI, Intel or MPICH; it decides the hostfile syntax.
-	// Defaults to OpenMPI.
+	// Defaults to OpenMPI; an empty one means OpenMPI too, as in upstream Kubeflow Trainer's
+	// schema.
 	// +optional
 	// +kubebuilder:default="OpenMPI"
 	MPIImplementation *MPIImplementation `json:"mpiImplementation,omitempty"`
@@ -404,6 +405,7 @@ type MPIMLPolicySource struct {
 	// Defaults to /root/.ssh.
 	// +optional
 	// +kubebuilder:default="/root/.ssh"
+	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="sshAuthMountPath must be an absolute path"
 	SSHAuthMountPath *string `json:"sshAuthMountPath,omitempty"`
 
@@ -479,10 +481,10 @@ type PodGroupPolicySource struct {
 type CoschedulingPodGroupPolicySource struct {
 	// ScheduleTimeoutSeconds is how long the scheduler waits for the whole gang to fit before it
 	// gives up on the pods already placed.
-	// Defaults to 60.
+	// Defaults to 60; 0 means the default too, as in upstream Kubeflow Trainer.
 	// +optional
 	// +kubebuilder:default=60
-	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Minimum=0
 	ScheduleTimeoutSeconds *int32 `json:"scheduleTimeoutSeconds,omitempty"`
 }
 

@@ -204,6 +204,7 @@ type DatasetInitializer struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// SecretRef names a Secret in the TrainJob's namespace with the credentials to download the
@@ -228,6 +229,7 @@ type ModelInitializer struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// SecretRef names a Secret in the TrainJob's namespace with the credentials to download the
@@ -242,21 +244,25 @@ type Trainer struct {
 	// Image of the trainer container.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=500
 	Image *string `json:"image,omitempty"`
 
-	// Command replaces the trainer container's entrypoint. At most 128 items, as upstream Kubeflow
-	// Trainer allows.
+	// Command replaces the trainer container's entrypoint. At most 128 items of at most 1 MiB
+	// each, as upstream Kubeflow Trainer allows (its SDK puts a training function's source into
+	// args); the TrainJob, and the JobSet built from it, must still fit in what etcd stores of an
+	// object (1.5 MiB).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
-	// +kubebuilder:validation:items:MaxLength=65536
+	// +kubebuilder:validation:items:MaxLength=1048576
 	Command []string `json:"command,omitempty"`
 
-	// Args replaces the arguments of the trainer container's entrypoint. At most 128 items.
+	// Args replaces the arguments of the trainer container's entrypoint. At most 128 items of at
+	// most 1 MiB each, as command.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=128
-	// +kubebuilder:validation:items:MaxLength=65536
+	// +kubebuilder:validation:items:MaxLength=1048576
 	Args []string `json:"args,omitempty"`
 
 	// Env is merged by name into the trainer container's environment; these values win over the
@@ -265,6 +271,7 @@ type Trainer struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// NumNodes is the number of training nodes (pods of the trainer job). It overrides the

@@ -37,8 +37,18 @@ const (
 	KAIQueueLabel = "kai.scheduler/queue"
 )
 
-// DefaultScheduleTimeoutSeconds is the Coscheduling timeout when the runtime sets none.
+// DefaultScheduleTimeoutSeconds is the Coscheduling timeout when the runtime sets none, or 0.
 const DefaultScheduleTimeoutSeconds = 60
+
+// scheduleTimeout is the Coscheduling PodGroup's scheduleTimeoutSeconds for a runtime's policy. 0
+// means the default, as upstream Kubeflow Trainer documents it; it is written out, because
+// scheduler-plugins would wait for no time at all on a PodGroup's 0.
+func scheduleTimeout(policy *trainer.CoschedulingPodGroupPolicySource) int32 {
+	if t := ptr.Deref(policy.ScheduleTimeoutSeconds, 0); t > 0 {
+		return t
+	}
+	return DefaultScheduleTimeoutSeconds
+}
 
 // NeedsPodGroup reports whether the policy needs a PodGroup the operator writes: Coscheduling's or
 // Volcano's, not KAI's, whose PodGroup KAI makes.
@@ -113,7 +123,7 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 			WithSpec(schedulerpluginsac.PodGroupSpec().
 				WithMinMember(members).
 				WithMinResources(resources).
-				WithScheduleTimeoutSeconds(ptr.Deref(policy.Coscheduling.ScheduleTimeoutSeconds, DefaultScheduleTimeoutSeconds))), nil
+				WithScheduleTimeoutSeconds(scheduleTimeout(policy.Coscheduling))), nil
 	}
 	spec := volcanoac.PodGroupSpec().WithMinMember(members).WithMinResources(resources)
 	if queue := volcanoQueue(b); queue != "" {

@@ -192,6 +192,19 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 	}
 }
 
+// Upstream Kubeflow Trainer documents a coscheduling timeout of 0 as its default: the PodGroup gets
+// 60 seconds, which scheduler-plugins would otherwise read as no wait at all.
+func TestACoschedulingTimeoutOfZeroIsTheDefault(t *testing.T) {
+	for timeout, want := range map[*int32]int32{ptr.To[int32](0): 60, nil: 60, ptr.To[int32](1): 1, ptr.To[int32](300): 300} {
+		policy := trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: timeout}}
+		spec := utiltesting.MakeRuntimeSpec().NumNodes(2).ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).
+			Torch(&trainer.TorchMLPolicySource{}).PodGroupPolicy(policy).Obj()
+		children := buildChildren(t, utiltesting.MakeTrainJob("tj", "ns").Obj(), spec, torch.New(""))
+		got := utiltesting.FromApplyConfiguration[schedulerpluginsv1alpha1.PodGroup](t, children.PodGroup)
+		assert.Equal(t, ptr.To(want), got.Spec.ScheduleTimeoutSeconds, "scheduleTimeoutSeconds %v", ptr.Deref(timeout, -1))
+	}
+}
+
 func buildChildren(t *testing.T, tj *trainer.TrainJob, spec trainer.TrainingRuntimeSpec, fw framework.Framework) *pipeline.Children {
 	t.Helper()
 	children, err := pipeline.Build(tj, &trainingruntime.Runtime{Kind: trainer.ClusterTrainingRuntimeKind, Name: "rt", Spec: &spec}, fw)

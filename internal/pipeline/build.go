@@ -123,6 +123,9 @@ func toApplyConfiguration(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, p *tr
 	if err != nil {
 		return nil, fmt.Errorf("encoding JobSet spec: %w", err)
 	}
+	if err := checkObjectSize(tj, js, len(spec)); err != nil {
+		return nil, err
+	}
 	ac := jobsetac.JobSet(tj.Name, tj.Namespace).
 		WithLabels(js.Labels).
 		WithAnnotations(js.Annotations).

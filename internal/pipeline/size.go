@@ -6,7 +6,9 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
 )
 
@@ -53,6 +55,44 @@ func checkSize(b *framework.Draft) error {
 		return field.Invalid(spec.Child("labels"), fmt.Sprintf("%d KiB", mapBytes(tj.Spec.Labels)>>10), detail)
 	}
 	return b.RuntimeError(field.Invalid(field.NewPath("spec", "template"), fmt.Sprintf("%d KiB", total>>10), detail))
+}
+
+// maxObjectBytes bounds the JobSet as JSON. etcd stores at most 1.5 MiB of an object (its default
+// --max-request-bytes, which counts the request around it too), and the JobSet stored also holds
+// its managed fields and status, and JobSet's defaults; its Jobs and pods hold the pod templates
+// again, each within the same bound.
+const maxObjectBytes = 1536<<10 - 128<<10
+
+// checkObjectSize refuses a TrainJob whose JobSet, specBytes of spec as JSON, could not be
+// stored: the trainer's command and args, up to 1 MiB an item as upstream allows, make most of a
+// large one.
+func checkObjectSize(tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, specBytes int) error {
+	total := specBytes + mapBytes(js.Labels) + mapBytes(js.Annotations)
+	if total <= maxObjectBytes {
+		return nil
+	}
+	detail := fmt.Sprintf("the JobSet built from it would take %d KiB, more than the %d KiB it may (etcd stores at most 1.5 MiB of an object)",
+		total>>10, maxObjectBytes>>10)
+	if t := tj.Spec.Trainer; t != nil {
+		command, args := listBytes(t.Command), listBytes(t.Args)
+		switch {
+		case args >= command && args > total/2:
+			return field.Invalid(framework.TrainerPath.Child("args"), fmt.Sprintf("%d KiB", args>>10), detail)
+		case command > total/2:
+			return field.Invalid(framework.TrainerPath.Child("command"), fmt.Sprintf("%d KiB", command>>10), detail)
+		}
+	}
+	return field.Invalid(field.NewPath("spec"), fmt.Sprintf("%d KiB", total>>10),
+		detail+": the TrainJob's and its runtime's pod templates together")
+}
+
+// listBytes is about what a list of strings takes as JSON.
+func listBytes(items []string) int {
+	n := 0
+	for _, s := range items {
+		n += len(s) + 3
+	}
+	return n
 }
 
 // mapBytes is about what a map takes as JSON: its keys and values, quoted, with their separators.

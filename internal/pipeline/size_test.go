@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
@@ -53,6 +54,27 @@ func TestAJobSetTooLargeToStoreIsRefused(t *testing.T) {
 			},
 			wantErr: `TrainingRuntime "rt": spec.template: Invalid value: "1200 KiB"`,
 		},
+		"args of 1 MiB, upstream's cap for an item (its SDK's training function): built": {
+			trainJob: withArgs(1 << 20),
+		},
+		"args of 1.4 MiB and more, in two items: refused at spec.trainer.args": {
+			trainJob: withArgs(720<<10, 720<<10),
+			wantErr:  `spec.trainer.args: Invalid value: "1440 KiB": the JobSet built from it would take 14`,
+		},
+		"a command of 1 MiB in a runtime whose trainer has 500 KiB of env: refused at spec.trainer.command": {
+			trainJob: func() *trainer.TrainJob {
+				tj := withArgs()
+				tj.Spec.Trainer.Command = []string{strings.Repeat("c", 1<<20)}
+				return tj
+			}(),
+			runtime: trainerEnv(500 << 10),
+			wantErr: `spec.trainer.command: Invalid value: "1024 KiB"`,
+		},
+		"args of 600 KiB in a runtime whose trainer has 900 KiB of env: refused at spec, both together": {
+			trainJob: withArgs(600 << 10),
+			runtime:  trainerEnv(900 << 10),
+			wantErr:  `spec: Invalid value: "15`,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -67,5 +89,28 @@ func TestAJobSetTooLargeToStoreIsRefused(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.wantErr)
 		})
+	}
+}
+
+// withArgs is a TrainJob whose trainer has args of these sizes.
+func withArgs(sizes ...int) *trainer.TrainJob {
+	t := &trainer.Trainer{}
+	for i, n := range sizes {
+		t.Args = append(t.Args, strings.Repeat(string(rune('a'+i)), n))
+	}
+	return utiltesting.MakeTrainJob("tj", "ns").Trainer(t).Obj()
+}
+
+// trainerEnv gives the runtime's trainer container an env var of this size.
+func trainerEnv(size int) func(*trainer.TrainingRuntimeSpec) {
+	return func(spec *trainer.TrainingRuntimeSpec) {
+		for i := range spec.Template.Spec.ReplicatedJobs {
+			job := &spec.Template.Spec.ReplicatedJobs[i]
+			if job.Name != "node" {
+				continue
+			}
+			c := &job.Template.Spec.Template.Spec.Containers[0]
+			c.Env = append(c.Env, corev1.EnvVar{Name: "NOTES", Value: strings.Repeat("e", size)})
+		}
 	}
 }

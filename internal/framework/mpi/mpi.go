@@ -70,7 +70,10 @@ func (mpi) ReservedEnv() []string {
 // resources, and adds the SSH keys and the hostfile.
 func (mpi) Apply(b *framework.Draft) error {
 	policy := b.MLPolicy().MPI
-	impl := ptr.Deref(policy.MPIImplementation, DefaultMPIImplementation)
+	impl := ptr.Deref(policy.MPIImplementation, "")
+	if impl == "" { // Upstream's schema allows an empty one, which means the default.
+		impl = DefaultMPIImplementation
+	}
 	hostfileEnv, ok := hostfileEnvs[impl]
 	if !ok {
 		return b.RuntimeError(field.NotSupported(framework.MLPolicyPath.Child("mpi", "mpiImplementation"), impl,

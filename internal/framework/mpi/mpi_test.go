@@ -168,6 +168,14 @@ func TestMPI(t *testing.T) {
 			},
 			wantHostfile: "mnist-node-0-0.mnist:1\nmnist-node-0-1.mnist:1\nmnist-node-0-2.mnist:1\n",
 		},
+		"an empty mpiImplementation, which upstream's schema allows: OpenMPI": {
+			runtime:  mpiRuntime(2, &trainer.MPIMLPolicySource{NumProcPerNode: ptr.To[int32](4), MPIImplementation: ptr.To[trainer.MPIImplementation]("")}).Obj(),
+			trainJob: trainJob().Obj(),
+			want: func(tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec) *jobsetv1alpha2.JobSet {
+				return wantJobSet(tj, rt, 2, "/root/.ssh", "OMPI_MCA_orte_default_hostfile").Obj()
+			},
+			wantHostfile: "mnist-node-0-0.mnist slots=4\nmnist-node-0-1.mnist slots=4\n",
+		},
 		"a policy that did not come through the API server gets its defaults: OpenMPI, one slot, /root/.ssh": {
 			runtime:  mpiRuntime(1, &trainer.MPIMLPolicySource{}).Obj(),
 			trainJob: trainJob().Obj(),

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,54 @@ func TestUpstreamFieldsReachTheJobSet(t *testing.T) {
 	err := k8sClient.Create(ctx, long)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "spec.trainer.command: Too many: 129: must have at most 128 items")
+}
+
+// What upstream Kubeflow Trainer's schema accepts, and this operator once refused, is accepted
+// through the real API server and webhooks, with upstream's meaning: an empty mpiImplementation
+// (OpenMPI), a coscheduling timeout of 0 (the default), a trainer argument of 1 MiB (its SDK's
+// training function). What etcd cannot store is still refused at admission, naming the field.
+func TestWhatUpstreamsSchemaAcceptsIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	launcher := utiltesting.ReplicatedJob("launcher", trainer.AncestorTrainer, "node")
+	launcher.Template.Spec.Template.Spec.Containers[0].Command = []string{"mpirun", "python", "-c"}
+	node := utiltesting.ReplicatedJob("node", "", "node")
+	spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(launcher, node).NumNodes(2).
+		MPI(&trainer.MPIMLPolicySource{MPIImplementation: ptr.To[trainer.MPIImplementation]("")}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("mpi", ns, spec)))
+	stored := &trainer.TrainingRuntime{}
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mpi"}, stored))
+	assert.Equal(t, ptr.To[trainer.MPIImplementation](""), stored.Spec.MLPolicy.MPI.MPIImplementation, "kept as written, as upstream keeps it")
+
+	source := strings.Repeat("x = 1\n", 1<<20/6) // about 1 MiB of a training function's source
+	tj := utiltesting.MakeTrainJob("sdk", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi").
+		Trainer(&trainer.Trainer{Args: []string{source}}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval}, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{},
+		func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+			c0 := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0]
+			assert.Equal(c, []string{source}, c0.Args, "the trainer's args reach the launcher whole")
+			assert.Contains(c, c0.Env, corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: "/etc/mpi/hostfile"}, "an empty mpiImplementation is OpenMPI")
+		})
+
+	tooLarge := utiltesting.MakeTrainJob("too-large", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi").
+		Trainer(&trainer.Trainer{Args: []string{source[:720<<10], source[:720<<10]}}).Obj()
+	err := k8sClient.Create(ctx, tooLarge)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `spec.trainer.args: Invalid value: "1440 KiB": the JobSet built from it would take`)
+	tooLong := utiltesting.MakeTrainJob("too-long", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi").
+		Trainer(&trainer.Trainer{Args: []string{source + strings.Repeat("y", 1<<20)}}).Obj()
+	err = k8sClient.Create(ctx, tooLong)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.trainer.args[0]: Too long: may not be more than 1048576 bytes")
+
+	gang := func(name string, seconds int32) *trainer.TrainingRuntime {
+		spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")).
+			PodGroupPolicy(trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To(seconds)}}).Obj()
+		return utiltesting.TrainingRuntime(name, ns, spec)
+	}
+	require.NoError(t, k8sClient.Create(ctx, gang("default-timeout", 0)), "0 is upstream's default")
+	err = k8sClient.Create(ctx, gang("negative-timeout", -1))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds: Invalid value: -1: spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds in body should be greater than or equal to 0")
 }
