@@ -124,7 +124,9 @@ type schemaDiff struct {
 }
 
 func (d schemaDiff) compare(path string, upstream, ours apiextensionsv1.JSONSchemaProps) {
-	note := func(format string, args ...any) { d.differ[path] = append(d.differ[path], fmt.Sprintf(format, args...)) }
+	note := func(format string, args ...any) {
+		d.differ[path] = append(d.differ[path], fmt.Sprintf(format, args...))
+	}
 	same := func(what string, u, o any) {
 		if fmt.Sprint(u) != fmt.Sprint(o) {
 			note("%s: %v upstream, %v here", what, u, o)
