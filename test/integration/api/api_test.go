@@ -316,11 +316,11 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			want: []string{"spec.podGroupPolicy", "at most one of coscheduling, volcano and kaiScheduler may be set"},
 		},
 		{
-			name: "zero coscheduling timeout",
+			name: "negative coscheduling timeout (0 is upstream's default)",
 			obj: rt(utiltesting.MakeRuntimeSpec().PodGroupPolicy(trainer.PodGroupPolicySource{
-				Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](0)},
+				Coscheduling: &trainer.CoschedulingPodGroupPolicySource{ScheduleTimeoutSeconds: ptr.To[int32](-1)},
 			})),
-			want: []string{"spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds", "greater than or equal to 1"},
+			want: []string{"spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds", "greater than or equal to 0"},
 		},
 		{
 			name: "KAI queue that cannot be a label value",

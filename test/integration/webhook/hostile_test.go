@@ -105,10 +105,18 @@ func TestHostileTrainJobs(t *testing.T) {
 		}), want: []string{"spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.metadata.labels[kai.scheduler/queue]: Forbidden"}},
 
 		// Megabyte strings.
-		{name: "a 1 MiB command", obj: trainerWith("command-mib", trainer.Trainer{Command: []string{mib}}),
-			want: []string{"spec.trainer.command[0]: Too long: may not be more than 65536 bytes"}},
+		{name: "a 1 MiB command, upstream's cap for an item", obj: trainerWith("command-mib", trainer.Trainer{Command: []string{mib}}),
+			check: func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+				for _, job := range js.Spec.ReplicatedJobs {
+					if job.Name == "node" {
+						assert.Equal(c, []string{mib}, job.Template.Spec.Template.Spec.Containers[0].Command)
+					}
+				}
+			}},
+		{name: "a command item over 1 MiB", obj: trainerWith("command-over-mib", trainer.Trainer{Command: []string{mib + "x"}}),
+			want: []string{"spec.trainer.command[0]: Too long: may not be more than 1048576 bytes"}},
 		{name: "a 1 MiB image", obj: trainerWith("image-mib", trainer.Trainer{Image: ptr.To(mib)}),
-			check: func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.NotEmpty(c, js.Name) }},
+			want: []string{"spec.trainer.image: Too long: may not be more than 500 bytes"}},
 		{name: "a 1 MiB label value", obj: tj("label-mib", func(o *trainer.TrainJob) { o.Spec.Labels = map[string]string{"a": mib} }),
 			want: []string{"spec.labels: Invalid value", "must be no more than 63 bytes"}},
 		{name: "a 1 MiB annotation", obj: tj("annotation-mib", func(o *trainer.TrainJob) { o.Spec.Annotations = map[string]string{"a": mib} }),
@@ -118,7 +126,9 @@ func TestHostileTrainJobs(t *testing.T) {
 
 		// Lists of thousands.
 		{name: "10,000 env vars", obj: trainerWith("env-10k", trainer.Trainer{Env: env(10000)}),
-			check: nodeEnvIs("VAR_9999", "x")},
+			want: []string{"spec.trainer.env: Too many: 10000: must have at most 128 items"}},
+		{name: "128 env vars, upstream's cap", obj: trainerWith("env-128", trainer.Trainer{Env: env(128)}),
+			check: nodeEnvIs("VAR_127", "x")},
 		{name: "1,000 labels", obj: tj("labels-1k", func(o *trainer.TrainJob) { o.Spec.Labels = labels(1000) }),
 			check: func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, "x", js.Labels["team-999"]) }},
 		{name: "1,000 pod overrides", obj: tj("overrides-1k", func(o *trainer.TrainJob) {
