@@ -130,9 +130,18 @@ type TrainingRuntimeSpec struct {
 	// +optional
 	StallPolicy *StallPolicy `json:"stallPolicy,omitempty"`
 
+	// RunPolicy sets how long the runtime's TrainJobs may run and how long they are kept once
+	// finished: defaults for the TrainJobs that do not set their own (KEP-2899).
+	// +optional
+	RunPolicy *RunPolicy `json:"runPolicy,omitempty"`
+
 	// Template is the JobSet each TrainJob starts from. Its trainer job is the replicated job whose
 	// Job template or Pod template is labelled trainer.kubeflow.org/trainjob-ancestor-step=trainer.
+	// Its JobSet and Jobs may not have their own activeDeadlineSeconds or ttlSecondsAfterFinished:
+	// the TrainJob's and runPolicy's decide when a training stops and when it is deleted.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.ttlSecondsAfterFinished)",message="the JobSet template may not set ttlSecondsAfterFinished: set runPolicy.ttlSecondsAfterFinished, which deletes the TrainJob and all it owns"
+	// +kubebuilder:validation:XValidation:rule="!has(self.spec.replicatedJobs) || self.spec.replicatedJobs.all(rj, !has(rj.template.spec.activeDeadlineSeconds) && !has(rj.template.spec.ttlSecondsAfterFinished))",message="a replicated job's Job template may not set activeDeadlineSeconds or ttlSecondsAfterFinished: set runPolicy.activeDeadlineSeconds or runPolicy.ttlSecondsAfterFinished, which the TrainJob follows"
 	Template JobSetTemplateSpec `json:"template"`
 
 	// RecoveryPolicy says how a TrainJob recovers when JobSet restarts all of its pods after a
@@ -141,6 +150,25 @@ type TrainingRuntimeSpec struct {
 	// the node of a failure the node caused.
 	// +optional
 	RecoveryPolicy *RecoveryPolicy `json:"recoveryPolicy,omitempty"`
+}
+
+// RunPolicy is a runtime's defaults for how long its TrainJobs run and are kept: a TrainJob's own
+// spec.activeDeadlineSeconds and spec.ttlSecondsAfterFinished override them. A TrainJob keeps the
+// policy of the runtime as it was when it was first built.
+type RunPolicy struct {
+	// ActiveDeadlineSeconds is how long a TrainJob may run, counted from when it last started
+	// running, for TrainJobs that set no spec.activeDeadlineSeconds: past it, the TrainJob is
+	// Failed with reason DeadlineExceeded and its pods are stopped.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// TTLSecondsAfterFinished deletes a finished TrainJob (Complete or Failed), and everything it
+	// owns, this many seconds after it finished, for TrainJobs that set no
+	// spec.ttlSecondsAfterFinished: 0 deletes it as soon as it finishes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // AvoidNodesPolicy says after which failures a restart keeps off the failed pod's node.

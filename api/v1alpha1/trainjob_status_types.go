@@ -144,6 +144,11 @@ type TrainJobStatus struct {
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 
+	// CompletionTime is when the TrainJob completed: its Complete condition's time. Set only
+	// when it succeeded, as a Job's.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
 	// ReadyTime is when every pod of the training last became ready: when status.state last
 	// became Running. A stall is counted from it or from lastProgressTime, whichever is later.
 	// +optional
@@ -344,6 +349,10 @@ type RuntimeSnapshot struct {
 	// StallPolicy is the runtime's stall policy.
 	// +optional
 	StallPolicy *StallPolicy `json:"stallPolicy,omitempty"`
+
+	// RunPolicy is the runtime's run policy: the deadline and TTL of a TrainJob that sets none.
+	// +optional
+	RunPolicy *RunPolicy `json:"runPolicy,omitempty"`
 }
 
 // TrainerStatus is the progress of a TrainJob's trainer, as it reports it.

@@ -106,7 +106,7 @@ type TrainJobSpec struct {
 	// ActiveDeadlineSeconds is how long the TrainJob may run, counted from when it last started
 	// running: its creation, or its last resume (a resume restarts the clock, as for a Job). Past
 	// it, the TrainJob is Failed with reason DeadlineExceeded and its pods are stopped. It cannot
-	// be changed nor removed once set.
+	// be changed nor removed once set. Unset, the runtime's runPolicy.activeDeadlineSeconds holds.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="activeDeadlineSeconds is immutable"
@@ -114,9 +114,11 @@ type TrainJobSpec struct {
 
 	// TTLSecondsAfterFinished deletes the TrainJob, and with it everything it owns, this many
 	// seconds after it finished (Complete or Failed), as for a Job: 0 deletes it as soon as it
-	// finishes; unset keeps it. The time counts from the terminal condition's transition, so a
-	// restart of the operator does not reset it. Tools built on upstream Kubeflow Trainer's Go
-	// types (Kueue among them) do not know this field and drop it when they update the TrainJob.
+	// finishes; unset, the runtime's runPolicy.ttlSecondsAfterFinished holds, and without one the
+	// TrainJob is kept. The time counts from the terminal condition's transition, so a restart of
+	// the operator does not reset it. Tools built on upstream Kubeflow Trainer v2.2's Go types
+	// (Kueue among them) do not know this field and drop it when they update the TrainJob: set it
+	// in the runtime's runPolicy for queued TrainJobs.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
@@ -510,6 +512,40 @@ type MetadataPatch struct {
 	// Annotations are merged into the object's annotations; these values win.
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// ActiveDeadline is how long the TrainJob may run, in seconds, and the field that says so: its
+// own spec.activeDeadlineSeconds, else its runtime's runPolicy.activeDeadlineSeconds as its
+// runtime snapshot records it (from when it first ran). ok is false when it has no deadline.
+func (tj *TrainJob) ActiveDeadline() (seconds int64, field string, ok bool) {
+	if d := tj.Spec.ActiveDeadlineSeconds; d != nil {
+		return *d, "spec.activeDeadlineSeconds", true
+	}
+	if p := tj.recordedRunPolicy(); p != nil && p.ActiveDeadlineSeconds != nil {
+		return *p.ActiveDeadlineSeconds, "runtime's runPolicy.activeDeadlineSeconds", true
+	}
+	return 0, "", false
+}
+
+// TTLAfterFinished is how long the TrainJob is kept once finished, in seconds, and the field that
+// says so: its own spec.ttlSecondsAfterFinished, else its runtime's
+// runPolicy.ttlSecondsAfterFinished as its runtime snapshot records it. ok is false when it is
+// kept.
+func (tj *TrainJob) TTLAfterFinished() (seconds int32, field string, ok bool) {
+	if t := tj.Spec.TTLSecondsAfterFinished; t != nil {
+		return *t, "spec.ttlSecondsAfterFinished", true
+	}
+	if p := tj.recordedRunPolicy(); p != nil && p.TTLSecondsAfterFinished != nil {
+		return *p.TTLSecondsAfterFinished, "runtime's runPolicy.ttlSecondsAfterFinished", true
+	}
+	return 0, "", false
+}
+
+func (tj *TrainJob) recordedRunPolicy() *RunPolicy {
+	if tj.Status.RuntimeSnapshot == nil {
+		return nil
+	}
+	return tj.Status.RuntimeSnapshot.RunPolicy
 }
 
 // ManagedByOperator reports whether this operator reconciles the TrainJob, rather than another

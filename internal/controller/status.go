@@ -45,6 +45,10 @@ func setCondition(tj *trainer.TrainJob, condType string, status metav1.Condition
 	slices.SortStableFunc(tj.Status.Conditions, func(a, b metav1.Condition) int {
 		return rank(a.Type) - rank(b.Type)
 	})
+	if condType == trainer.TrainJobComplete && status == metav1.ConditionTrue && tj.Status.CompletionTime == nil {
+		completed := apimeta.FindStatusCondition(tj.Status.Conditions, condType).LastTransitionTime
+		tj.Status.CompletionTime = &completed
+	}
 }
 
 // truncate cuts s to at most n bytes, ending it with "..." when it was cut. A message says the
@@ -81,19 +85,26 @@ func setSuspended(tj *trainer.TrainJob, jobSetWasSuspended bool, now time.Time) 
 	}
 }
 
-// timeLeft is how long a running TrainJob may still run under spec.activeDeadlineSeconds, counted
+// timeLeft is how long a running TrainJob may still run under its deadline (ActiveDeadline), counted
 // from when it last started (status.startTime: its creation or last resume). A TrainJob resumed a
 // moment ago, whose Suspended condition is still True, starts its clock now. ok is false when the
 // TrainJob has no deadline or is suspended.
 func timeLeft(tj *trainer.TrainJob, now time.Time) (left time.Duration, ok bool) {
-	if tj.Spec.ActiveDeadlineSeconds == nil || ptr.Deref(tj.Spec.Suspend, false) {
+	deadline, _, ok := tj.ActiveDeadline()
+	if !ok || ptr.Deref(tj.Spec.Suspend, false) {
 		return 0, false
 	}
 	start := startedAt(tj).Time
 	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended) {
 		start = now
 	}
-	return start.Add(time.Duration(*tj.Spec.ActiveDeadlineSeconds) * time.Second).Sub(now), true
+	return start.Add(time.Duration(deadline) * time.Second).Sub(now), true
+}
+
+// deadlineText names a TrainJob's deadline for its messages: "its spec.activeDeadlineSeconds (60s)".
+func deadlineText(tj *trainer.TrainJob) string {
+	seconds, field, _ := tj.ActiveDeadline()
+	return fmt.Sprintf("its %s (%ds)", field, seconds)
 }
 
 // startedAt is when the TrainJob last started: status.startTime; for a TrainJob resumed by an

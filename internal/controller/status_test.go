@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/stretchr/testify/assert"
 	batchv1 "k8s.io/api/batch/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -233,6 +234,13 @@ func TestStatus(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{framework.TrainingPodsAnnotation: framework.TrainingPods(built)}},
 					Status:     *tc.jobSet,
 				})
+			}
+			// A completed TrainJob's completionTime is its Complete condition's time, as a Job's.
+			if complete := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobComplete); complete != nil && complete.Status == metav1.ConditionTrue {
+				assert.Equal(t, &complete.LastTransitionTime, tj.Status.CompletionTime)
+				tj.Status.CompletionTime = nil
+			} else {
+				assert.Nil(t, tj.Status.CompletionTime, "set only when the TrainJob completes")
 			}
 			if diff := cmp.Diff(tc.want, tj.Status, ignoreTime); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)

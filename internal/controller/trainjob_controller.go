@@ -176,8 +176,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 		setNotOurs(tj, notOurs(r.client, js))
 		if left, ok := timeLeft(tj, time.Now()); ok && left <= 0 {
 			setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason,
-				fmt.Sprintf("TrainJob passed its spec.activeDeadlineSeconds (%ds) waiting for JobSet %q, which is not its own: it never ran",
-					*tj.Spec.ActiveDeadlineSeconds, js.Name))
+				fmt.Sprintf("TrainJob passed %s waiting for JobSet %q, which is not its own: it never ran", deadlineText(tj), js.Name))
 		}
 		return ctrl.Result{}, nil
 	case js != nil && js.Status.TerminalState != "":
@@ -198,7 +197,7 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 	// 2. Stop a TrainJob that ran past its deadline: its JobSet first, so that a TrainJob is
 	// never Failed (and so final) with its pods still running.
 	if left, ok := timeLeft(tj, time.Now()); ok && left <= 0 && (js == nil || js.Status.TerminalState == "") {
-		message := fmt.Sprintf("TrainJob ran longer than its spec.activeDeadlineSeconds (%ds): its pods are stopped", *tj.Spec.ActiveDeadlineSeconds)
+		message := fmt.Sprintf("TrainJob ran longer than %s: its pods are stopped", deadlineText(tj))
 		if js != nil {
 			// Its pods say why it took so long (one that cannot pull its image, one that
 			// failed), until the JobSet's suspension deletes them.

@@ -53,19 +53,21 @@ func (r *TTLReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("deleting TrainJob %s after its ttlSecondsAfterFinished: %w", klog.KObj(tj), err)
 	}
+	seconds, field, _ := tj.TTLAfterFinished()
 	ctrl.LoggerFrom(ctx).Info("Deleted the finished TrainJob: its ttlSecondsAfterFinished passed",
-		"ttlSecondsAfterFinished", *tj.Spec.TTLSecondsAfterFinished)
+		"ttlSecondsAfterFinished", seconds, "from", field)
 	return ctrl.Result{}, nil
 }
 
-// expiry is when a finished TrainJob with a spec.ttlSecondsAfterFinished is to be deleted. ok is
+// expiry is when a finished TrainJob with a TTL (TTLAfterFinished) is to be deleted. ok is
 // false for a TrainJob that is not to be deleted: no TTL, not finished, or someone else's.
 func expiry(tj *trainer.TrainJob) (at time.Time, ok bool) {
 	end := tj.FinishedCondition()
-	if tj.Spec.TTLSecondsAfterFinished == nil || !tj.ManagedByOperator() || end == nil {
+	ttl, _, ok := tj.TTLAfterFinished()
+	if !ok || !tj.ManagedByOperator() || end == nil {
 		return time.Time{}, false
 	}
-	return end.LastTransitionTime.Add(time.Duration(*tj.Spec.TTLSecondsAfterFinished) * time.Second), true
+	return end.LastTransitionTime.Add(time.Duration(ttl) * time.Second), true
 }
 
 // setupTTL registers the TTL controller: it sees only the TrainJobs it may have to delete.

@@ -205,6 +205,12 @@ func (w *RuntimeSpecWrapper) PodGroupPolicy(p trainer.PodGroupPolicySource) *Run
 	return w
 }
 
+// RunPolicy sets the runtime's run policy.
+func (w *RuntimeSpecWrapper) RunPolicy(p *trainer.RunPolicy) *RuntimeSpecWrapper {
+	w.TrainingRuntimeSpec.RunPolicy = p
+	return w
+}
+
 // StallPolicy sets the runtime's stall policy.
 func (w *RuntimeSpecWrapper) StallPolicy(p *trainer.StallPolicy) *RuntimeSpecWrapper {
 	w.TrainingRuntimeSpec.StallPolicy = p

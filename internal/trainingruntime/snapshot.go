@@ -157,13 +157,19 @@ func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner
 		},
 		Data: map[string]string{SnapshotKey: data},
 	}
-	return cm, &trainer.RuntimeSnapshot{
-		ConfigMap:      cm.Name,
-		Digest:         d,
-		MLPolicy:       rt.Spec.MLPolicy.DeepCopy(),
-		PodGroupPolicy: rt.Spec.PodGroupPolicy.DeepCopy(),
-		StallPolicy:    rt.Spec.StallPolicy.DeepCopy(),
-	}, nil
+	return cm, record(cm.Name, d, rt.Spec), nil
+}
+
+// record is the record of a snapshot a TrainJob's status keeps: its ConfigMap and digest, and the
+// runtime's policies, which choose its controllers and say when it stops, stalls and is deleted.
+func record(configMap, digest string, spec *trainer.TrainingRuntimeSpec) *trainer.RuntimeSnapshot {
+	return &trainer.RuntimeSnapshot{ConfigMap: configMap, Digest: digest, MLPolicy: spec.MLPolicy.DeepCopy(),
+		PodGroupPolicy: spec.PodGroupPolicy.DeepCopy(), StallPolicy: spec.StallPolicy.DeepCopy(), RunPolicy: spec.RunPolicy.DeepCopy()}
+}
+
+// summary is the runtime spec of a snapshot's record: its policies, without a template.
+func summary(snap *trainer.RuntimeSnapshot) *trainer.TrainingRuntimeSpec {
+	return &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy, RunPolicy: snap.RunPolicy}
 }
 
 func digest(data []byte) string {
@@ -221,7 +227,7 @@ func Recorded(tj *trainer.TrainJob) *Runtime {
 	}
 	kind, name := Ref(tj)
 	return &Runtime{Kind: kind, Name: name, snapshot: snap, summary: true,
-		Spec: &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy}}
+		Spec: summary(snap)}
 }
 
 // Snapshotted reports whether the runtime is a TrainJob's snapshot.
@@ -252,13 +258,7 @@ func Recover(ctx context.Context, c client.Reader, tj *trainer.TrainJob, d strin
 	if err != nil {
 		return nil, err
 	}
-	return &trainer.RuntimeSnapshot{
-		ConfigMap:      SnapshotName(tj.Name),
-		Digest:         d,
-		MLPolicy:       copied.Spec.MLPolicy,
-		PodGroupPolicy: copied.Spec.PodGroupPolicy,
-		StallPolicy:    copied.Spec.StallPolicy,
-	}, nil
+	return record(SnapshotName(tj.Name), d, &copied.Spec), nil
 }
 
 // Load returns the whole runtime, to build from: a snapshot's summary is read in full from its
@@ -274,8 +274,7 @@ func (r *Runtime) Load(ctx context.Context, c client.Reader, tj *trainer.TrainJo
 	}
 	// The policies the status records (which chose the controllers, and say what a stall does)
 	// are the copy's.
-	if !equality.Semantic.DeepEqual(copied.Spec.MLPolicy, r.snapshot.MLPolicy) || !equality.Semantic.DeepEqual(copied.Spec.PodGroupPolicy, r.snapshot.PodGroupPolicy) ||
-		!equality.Semantic.DeepEqual(copied.Spec.StallPolicy, r.snapshot.StallPolicy) {
+	if !equality.Semantic.DeepEqual(summary(r.snapshot), summary(record("", "", &copied.Spec))) {
 		return nil, fmt.Errorf("%w: status.runtimeSnapshot's policies are not those of the copy in ConfigMap %q", ErrSnapshotUnusable, r.snapshot.ConfigMap)
 	}
 	return &Runtime{Kind: r.Kind, Name: r.Name, Spec: &copied.Spec, snapshot: r.snapshot}, nil

@@ -431,6 +431,9 @@ func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
 	if tj.Spec.ProgressDeadlineSeconds != nil {
 		warnings = append(warnings, "spec.progressDeadlineSeconds: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): set the runtime's stallPolicy instead")
 	}
+	if tj.Spec.TTLSecondsAfterFinished != nil {
+		warnings = append(warnings, "spec.ttlSecondsAfterFinished: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field): set the runtime's runPolicy.ttlSecondsAfterFinished instead")
+	}
 	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil && t.NumProcPerNode.Type == intstr.String {
 		warnings = append(warnings, fmt.Sprintf("spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read %q: write a number", t.NumProcPerNode.StrVal))
 	}

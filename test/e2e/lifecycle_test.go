@@ -238,6 +238,45 @@ func TestActiveDeadline(t *testing.T) {
 		"the resumed TrainJob's deadline counted from its creation, not its resume")
 }
 
+// TestTheRuntimesRunPolicy: a runtime's runPolicy is the deadline and TTL of the TrainJobs that
+// set none (KEP-2899), from the runtime as the TrainJob first ran with it; a TrainJob's own fields
+// override it.
+func TestTheRuntimesRunPolicy(t *testing.T) {
+	ns := newNamespace(t)
+	job := nodeJob("100m")
+	job.Template.Spec.Template.Annotations = map[string]string{testenv.RunForAnnotation: "1h"}
+	createRuntime(t, ns, "bounded", utiltesting.MakeRuntimeSpec().ReplicatedJobs(job).
+		RunPolicy(&trainer.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3), TTLSecondsAfterFinished: ptr.To[int32](5)}).Obj())
+
+	defaulted := createTrainJob(t, ns, "defaulted", "bounded", nil)
+	own := createTrainJob(t, ns, "own", "bounded", func(w *utiltesting.TrainJobWrapper) {
+		w.Spec.ActiveDeadlineSeconds = ptr.To[int64](8)
+		w.Spec.TTLSecondsAfterFinished = ptr.To[int32](3600)
+	})
+
+	got := waitForTrainJob(t, defaulted, isTrue(trainer.TrainJobFailed))
+	failed := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed)
+	assert.Equal(t, trainer.TrainJobDeadlineExceededReason, failed.Reason)
+	assert.Contains(t, failed.Message, "runtime's runPolicy.activeDeadlineSeconds (3s)")
+	require.NotNil(t, got.Status.RuntimeSnapshot)
+	assert.Equal(t, &trainer.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3), TTLSecondsAfterFinished: ptr.To[int32](5)},
+		got.Status.RuntimeSnapshot.RunPolicy, "the runtime's run policy, recorded when the TrainJob first ran")
+	assert.Nil(t, got.Status.CompletionTime, "a failed TrainJob never completed")
+	assert.False(t, apimeta.IsStatusConditionTrue(current(t, own).Status.Conditions, trainer.TrainJobFailed),
+		"the TrainJob with its own deadline of 8 s failed at the runtime's 3 s")
+
+	// The runtime's TTL deletes the first, about 5 s after it failed; the second fails at its own
+	// deadline and is kept for its own hour.
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(defaulted), &trainer.TrainJob{}))
+	}, timeout, interval, "the runtime's ttlSecondsAfterFinished did not delete the TrainJob")
+	got = waitForTrainJob(t, own, isTrue(trainer.TrainJobFailed))
+	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, "spec.activeDeadlineSeconds (8s)")
+	time.Sleep(7 * time.Second) // past the runtime's TTL
+	assert.NoError(t, k8sClient.Get(context.Background(), client.ObjectKeyFromObject(own), &trainer.TrainJob{}),
+		"the TrainJob with its own TTL of an hour was deleted at the runtime's")
+}
+
 // TestAnElasticRunThatNeverGrowsCompletes: an elastic torch gang of 2 to 3 nodes on a pool where
 // only 2 of its 4-CPU pods fit. The gang is placed with 2, the third pod waits for room that never
 // comes, and the run of 2 completes: the Job succeeds once minNodes of its pods did, as torchrun,

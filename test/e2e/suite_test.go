@@ -167,6 +167,9 @@ func waitForComplete(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 		assert.NotEmpty(c, want, "JobSet %s reports no replicated jobs", tj.Name)
 		assert.Equal(c, want, got.Status.JobsStatus, "jobsStatus of %s", tj.Name)
 		assert.False(c, apimeta.IsStatusConditionTrue(got.Status.Conditions, trainer.TrainJobFailed))
+		if complete := apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobComplete); complete != nil {
+			assert.Equal(c, &complete.LastTransitionTime, got.Status.CompletionTime, "status.completionTime is when it completed")
+		}
 	})
 }
 

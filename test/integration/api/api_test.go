@@ -293,6 +293,43 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			want: []string{"spec.mlPolicy.mpi.mpiImplementation", `Unsupported value: "LAM"`, `"OpenMPI", "Intel", "MPICH"`},
 		},
 		{
+			name: "a JobSet template with its own TTL (the runtime's runPolicy deletes the TrainJob)",
+			obj: rt(func() *utiltesting.RuntimeSpecWrapper {
+				w := utiltesting.MakeRuntimeSpec()
+				w.Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
+				return w
+			}()),
+			want: []string{"spec.template", "the JobSet template may not set ttlSecondsAfterFinished: set runPolicy.ttlSecondsAfterFinished"},
+		},
+		{
+			name: "a Job template with its own deadline (the runtime's runPolicy stops the TrainJob)",
+			obj: rt(func() *utiltesting.RuntimeSpecWrapper {
+				node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+				node.Template.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+				return utiltesting.MakeRuntimeSpec().ReplicatedJobs(node)
+			}()),
+			want: []string{"spec.template", "a replicated job's Job template may not set activeDeadlineSeconds or ttlSecondsAfterFinished"},
+		},
+		{
+			name: "a Job template with its own TTL",
+			obj: rt(func() *utiltesting.RuntimeSpecWrapper {
+				node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+				node.Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](0)
+				return utiltesting.MakeRuntimeSpec().ReplicatedJobs(node)
+			}()),
+			want: []string{"spec.template", "a replicated job's Job template may not set activeDeadlineSeconds or ttlSecondsAfterFinished"},
+		},
+		{
+			name: "a run policy's zero deadline",
+			obj:  rt(utiltesting.MakeRuntimeSpec().RunPolicy(&trainer.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](0)})),
+			want: []string{"spec.runPolicy.activeDeadlineSeconds", "greater than or equal to 1"},
+		},
+		{
+			name: "a run policy's negative TTL",
+			obj:  rt(utiltesting.MakeRuntimeSpec().RunPolicy(&trainer.RunPolicy{TTLSecondsAfterFinished: ptr.To[int32](-1)})),
+			want: []string{"spec.runPolicy.ttlSecondsAfterFinished", "greater than or equal to 0"},
+		},
+		{
 			name: "zero MPI slots",
 			obj:  rt(utiltesting.MakeRuntimeSpec().MPI(&trainer.MPIMLPolicySource{NumProcPerNode: ptr.To[int32](0)})),
 			want: []string{"spec.mlPolicy.mpi.numProcPerNode", "greater than or equal to 1"},

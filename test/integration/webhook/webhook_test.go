@@ -350,11 +350,13 @@ func TestKueueWarnings(t *testing.T) {
 	queued := tj("queued")
 	queued.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
 	queued.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	queued.Spec.TTLSecondsAfterFinished = ptr.To[int32](600)
 	require.NoError(t, c.Create(context.Background(), queued))
 	assert.Equal(t, []string{
 		"spec.podSpecOverrides: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
 		"spec.labels: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): use spec.runtimePatches",
 		"spec.progressDeadlineSeconds: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): set the runtime's stallPolicy instead",
+		"spec.ttlSecondsAfterFinished: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field): set the runtime's runPolicy.ttlSecondsAfterFinished instead",
 		`spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read "auto": write a number`,
 	}, collected.Texts())
 }
