@@ -7,6 +7,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -69,6 +70,7 @@ func CacheOptions(cfg *rest.Config, scheme *runtime.Scheme) (cache.Options, erro
 		&trainer.TrainJob{}:                      {Transform: keepTrainJob},
 		&batchv1.Job{}:                           {Label: ours, Transform: keepJobCounts},
 		&autoscalingv2.HorizontalPodAutoscaler{}: {Label: ours},
+		&policyv1.PodDisruptionBudget{}:          {Label: ours},
 		&trainer.ClusterTrainingRuntime{}:        {UnsafeDisableDeepCopy: shared},
 		&trainer.TrainingRuntime{}:               {UnsafeDisableDeepCopy: shared},
 	}

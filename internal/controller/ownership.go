@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -105,13 +106,18 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 		{"test", "/metadata/ownerReferences/0/controller", true},
 		{"test", "/metadata/deletionTimestamp", nil},
 	}
-	var podGroup *unstructured.Unstructured
+	// A PodGroup's and a PodDisruptionBudget's labels (the cache holds only the labelled ones) and
+	// annotations are written back too.
+	var relabel client.Object
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
 		ops = append(ops, op{"add", "/data", o.Data})
+	case *policyv1.PodDisruptionBudget:
+		ops = append(ops, op{"add", "/spec", o.Spec})
+		relabel = o
 	case *unstructured.Unstructured:
 		ops = append(ops, op{"add", "/spec", o.Object["spec"]})
-		podGroup = o
+		relabel = o
 	}
 	data, err := json.Marshal(ops)
 	if err != nil {
@@ -122,12 +128,14 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 	switch {
 	case failedTest(err):
 		return notOurs(c, obj)
-	case err != nil || podGroup == nil:
+	case err != nil || relabel == nil:
 		return err
 	}
-	metadata, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": proven.GetResourceVersion(), "labels": podGroup.GetLabels(), "annotations": podGroup.GetAnnotations(),
-	}})
+	meta := map[string]any{"resourceVersion": proven.GetResourceVersion(), "labels": relabel.GetLabels()}
+	if a := relabel.GetAnnotations(); a != nil {
+		meta["annotations"] = a
+	}
+	metadata, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}

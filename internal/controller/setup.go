@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -138,8 +139,8 @@ const DefaultRuntimeGracePeriod = 10 * time.Second
 // change reaches the TrainJobs that use it.
 const runtimeRefIndex = "spec.runtimeRef"
 
-// Setup registers one controller per framework, the gang controller and the TTL controller with
-// the manager.
+// Setup registers one controller per framework, the gang controller, the disruption controller
+// and the TTL controller with the manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framework, opts Options) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &trainer.TrainJob{}, runtimeRefIndex, func(o client.Object) []string {
 		kind, name := trainingruntime.Ref(o.(*trainer.TrainJob))
@@ -290,11 +291,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, frameworks []framework.Framewo
 	// A standby's caches are the leader's: the informers of every kind the controllers watch run
 	// on every replica (the TrainJobs', Jobs' and PodGroups' are above), so a replica that takes
 	// the lead starts its workers on synced caches, and lists nothing at size.
-	for _, obj := range []client.Object{&jobsetv1alpha2.JobSet{}, &autoscalingv2.HorizontalPodAutoscaler{},
+	for _, obj := range []client.Object{&jobsetv1alpha2.JobSet{}, &autoscalingv2.HorizontalPodAutoscaler{}, &policyv1.PodDisruptionBudget{},
 		&trainer.ClusterTrainingRuntime{}, &trainer.TrainingRuntime{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return err
 		}
+	}
+	if err := setupDisruption(mgr, recorders.For("trainer.kubeflow.org/"+disruptionController), opts); err != nil {
+		return err
 	}
 	return setupTTL(mgr, opts)
 }

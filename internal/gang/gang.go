@@ -7,6 +7,8 @@ package gang
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +38,12 @@ const (
 	// KAIQueueLabel names the KAI Scheduler queue; KAI's pod-grouper makes the PodGroup itself.
 	KAIQueueLabel = "kai.scheduler/queue"
 )
+
+// MembersAnnotation on a gang TrainJob's JobSet names the replicated jobs of its gang, each with
+// how many of its pods must run at once, as <job>=<pods>, comma-separated: the gang's
+// PodDisruptionBudget keeps that many of them through a node drain, from the cache's summary of
+// the JobSet, which keeps no Job templates.
+const MembersAnnotation = "trainer.kubeflow.org/gang-members"
 
 // DefaultScheduleTimeoutSeconds is the Coscheduling timeout when the runtime sets none, or 0.
 const DefaultScheduleTimeoutSeconds = 60
@@ -80,6 +88,11 @@ func Stamp(b *framework.Draft) error {
 	}
 	js, name := b.JobSet, b.TrainJob.Name
 	gang := members(js)
+	var listed []string
+	for _, m := range memberPods(b) {
+		listed = append(listed, fmt.Sprintf("%s=%d", m.job, m.pods))
+	}
+	js.Annotations = withEntry(js.Annotations, MembersAnnotation, strings.Join(listed, ","))
 	if kai := policy.KAIScheduler; kai != nil {
 		js.Labels = withEntry(js.Labels, KAIQueueLabel, kai.Queue)
 	}
@@ -217,21 +230,12 @@ func members(js *jobsetv1alpha2.JobSet) map[string]bool {
 // the scheduler will see them: requests default to limits, and init containers and sidecars
 // count as Kubernetes counts them.
 func size(b *framework.Draft) (int32, corev1.ResourceList) {
-	js, gang := b.JobSet, members(b.JobSet)
 	var count int32
 	total := corev1.ResourceList{}
-	for i := range js.Spec.ReplicatedJobs {
-		job := &js.Spec.ReplicatedJobs[i]
-		if !gang[job.Name] {
-			continue
-		}
-		parallelism := ptr.Deref(job.Template.Spec.Parallelism, 1)
-		if minNodes := elasticMinNodes(b); minNodes != nil && job.Name == b.TrainerJob().Name {
-			parallelism = *minNodes
-		}
-		pods := job.Replicas * parallelism
+	for _, m := range memberPods(b) {
+		pods := m.pods
 		count += pods
-		pod := &corev1.Pod{Spec: *job.Template.Spec.Template.Spec.DeepCopy()}
+		pod := &corev1.Pod{Spec: *b.JobSet.Spec.ReplicatedJobs[m.index].Template.Spec.Template.Spec.DeepCopy()}
 		defaultRequestsToLimits(pod.Spec.InitContainers)
 		defaultRequestsToLimits(pod.Spec.Containers)
 		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
@@ -243,6 +247,51 @@ func size(b *framework.Draft) (int32, corev1.ResourceList) {
 		}
 	}
 	return count, total
+}
+
+// memberPod is a member job of the gang, and how many of its pods must run at once.
+type memberPod struct {
+	job   string
+	index int // in the JobSet's replicated jobs
+	pods  int32
+}
+
+// memberPods lists the gang's member jobs (members), each with its pods that must run at once:
+// replicas × parallelism, and for an elastic trainer job its minNodes, which it may start with.
+func memberPods(b *framework.Draft) []memberPod {
+	js, gang := b.JobSet, members(b.JobSet)
+	minNodes := elasticMinNodes(b)
+	var out []memberPod
+	for i := range js.Spec.ReplicatedJobs {
+		job := &js.Spec.ReplicatedJobs[i]
+		if !gang[job.Name] {
+			continue
+		}
+		parallelism := ptr.Deref(job.Template.Spec.Parallelism, 1)
+		if minNodes != nil && job.Name == b.TrainerJob().Name {
+			parallelism = *minNodes
+		}
+		out = append(out, memberPod{job: job.Name, index: i, pods: job.Replicas * parallelism})
+	}
+	return out
+}
+
+// Members reads a JobSet's MembersAnnotation: the gang's member jobs and how many of their pods
+// must run at once in all. ok is false when the JobSet has none, or one that does not parse.
+func Members(js metav1.Object) (jobs []string, pods int32, ok bool) {
+	value, found := js.GetAnnotations()[MembersAnnotation]
+	if !found || value == "" {
+		return nil, 0, false
+	}
+	for _, part := range strings.Split(value, ",") {
+		job, count, cut := strings.Cut(part, "=")
+		n, err := strconv.ParseInt(count, 10, 32)
+		if !cut || job == "" || err != nil || n < 0 {
+			return nil, 0, false
+		}
+		jobs, pods = append(jobs, job), pods+int32(n)
+	}
+	return jobs, pods, true
 }
 
 // elasticMinNodes is the fewest nodes an elastic torch TrainJob runs on, or nil when it is not
