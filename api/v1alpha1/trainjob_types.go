@@ -287,6 +287,14 @@ type Trainer struct {
 	// +kubebuilder:validation:Maximum=5000
 	NumNodes *int32 `json:"numNodes,omitempty"`
 
+	// ElasticPolicy narrows, for this TrainJob, the bounds of its runtime's
+	// mlPolicy.torch.elasticPolicy (KEP-2903): minNodes no lower and maxNodes no higher than the
+	// runtime's. numNodes, the scale subresource and the TrainJob's autoscaler keep within them;
+	// numNodes defaults to its maxNodes. Only for a runtime with an elastic policy; it changes only
+	// while the TrainJob is suspended.
+	// +optional
+	ElasticPolicy *TrainerElasticPolicy `json:"elasticPolicy,omitempty"`
+
 	// ResourcesPerNode is merged into the trainer container's resources on each node: each
 	// request and limit it names wins, those it does not name stay the runtime's (so a GPU-only
 	// value keeps the runtime's CPU and memory), claims are merged by name. A merge that leaves a
@@ -409,6 +417,22 @@ type ContainerPatch struct {
 	// SecurityContext replaces the container's security context.
 	// +optional
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+}
+
+// TrainerElasticPolicy is a TrainJob's own elastic bounds, within its runtime's.
+// +kubebuilder:validation:XValidation:rule="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",message="minNodes must not be greater than maxNodes"
+type TrainerElasticPolicy struct {
+	// MinNodes is the fewest nodes the training runs on; the runtime's when omitted.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
+	MinNodes *int32 `json:"minNodes,omitempty"`
+
+	// MaxNodes is the most nodes the training runs on; the runtime's when omitted.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5000
+	MaxNodes *int32 `json:"maxNodes,omitempty"`
 }
 
 // RuntimePatch is one manager's change to the runtime's JobSet template, for one TrainJob.

@@ -130,7 +130,7 @@ func (r *TrainJobReconciler) resize(ctx context.Context, tj *trainer.TrainJob, j
 		r.refusals.delete(tj)
 		return js, 0, nil
 	}
-	if err := framework.CheckElasticSize(elastic, want, "the TrainJob's runtime"); err != nil {
+	if err := framework.CheckElasticSize(tj, elastic, want, "the TrainJob's runtime"); err != nil {
 		r.warnOnce(tj, trainer.TrainJobResizeFailedReason, "Resize", fmt.Sprintf("The trainer job is not resized: %v", err))
 		return js, 0, nil
 	}

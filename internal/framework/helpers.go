@@ -270,7 +270,7 @@ func NumNodes(tj *trainer.TrainJob, p *trainer.MLPolicy) int32 {
 	if p != nil && p.NumNodes != nil {
 		return *p.NumNodes
 	}
-	if elastic := ElasticPolicy(p); elastic != nil {
+	if elastic := ElasticPolicyFor(tj, p); elastic != nil {
 		_, maxNodes := ElasticBounds(elastic)
 		return maxNodes
 	}
@@ -286,10 +286,55 @@ func SnapshotPolicy(tj *trainer.TrainJob) *trainer.MLPolicy {
 	return nil
 }
 
-// Elastic is the torch elastic policy of the runtime a TrainJob is built from
-// (SnapshotPolicy); nil when the TrainJob is not elastic, or not built yet.
+// Elastic is the elastic policy a TrainJob runs under (ElasticPolicyFor), of the runtime it is
+// built from (SnapshotPolicy); nil when the TrainJob is not elastic, or not built yet.
 func Elastic(tj *trainer.TrainJob) *trainer.TorchElasticPolicy {
-	return ElasticPolicy(SnapshotPolicy(tj))
+	return ElasticPolicyFor(tj, SnapshotPolicy(tj))
+}
+
+// ElasticPolicyFor is the elastic policy a TrainJob runs under, in a runtime of ML policy p: the
+// runtime's torch elastic policy, with the bounds the TrainJob's trainer.elasticPolicy narrows it
+// to; nil when the runtime is not elastic. The admission webhook keeps a TrainJob's bounds within
+// its runtime's.
+func ElasticPolicyFor(tj *trainer.TrainJob, p *trainer.MLPolicy) *trainer.TorchElasticPolicy {
+	elastic := ElasticPolicy(p)
+	if elastic == nil || tj.Spec.Trainer == nil || tj.Spec.Trainer.ElasticPolicy == nil {
+		return elastic
+	}
+	own, narrowed := tj.Spec.Trainer.ElasticPolicy, *elastic
+	if own.MinNodes != nil {
+		narrowed.MinNodes = own.MinNodes
+	}
+	if own.MaxNodes != nil {
+		narrowed.MaxNodes = own.MaxNodes
+	}
+	return &narrowed
+}
+
+// CheckElasticBounds refuses, at spec.trainer.elasticPolicy, a TrainJob's own elastic bounds
+// that its runtime (ML policy p, named runtime) does not allow: any, for a runtime that is not
+// elastic; bounds beyond the runtime's, or that cross each other, for one that is.
+func CheckElasticBounds(tj *trainer.TrainJob, p *trainer.MLPolicy, runtime string) *field.Error {
+	if tj.Spec.Trainer == nil || tj.Spec.Trainer.ElasticPolicy == nil {
+		return nil
+	}
+	path := TrainerPath.Child("elasticPolicy")
+	elastic := ElasticPolicy(p)
+	if elastic == nil {
+		return field.Forbidden(path, fmt.Sprintf("%s is not elastic (it has no mlPolicy.torch.elasticPolicy): its TrainJobs have no elastic bounds", runtime))
+	}
+	minNodes, maxNodes := ElasticBounds(elastic)
+	ownMin, ownMax := ElasticBounds(ElasticPolicyFor(tj, p))
+	switch {
+	case ownMin < minNodes:
+		return field.Invalid(path.Child("minNodes"), ownMin, fmt.Sprintf("below the minNodes (%d) of %s's torch.elasticPolicy", minNodes, runtime))
+	case ownMax > maxNodes:
+		return field.Invalid(path.Child("maxNodes"), ownMax, fmt.Sprintf("above the maxNodes (%d) of %s's torch.elasticPolicy", maxNodes, runtime))
+	case ownMin > ownMax:
+		return field.Invalid(path, fmt.Sprintf("minNodes %d, maxNodes %d", ownMin, ownMax),
+			fmt.Sprintf("minNodes must not be greater than maxNodes (the runtime's, %d and %d, where the TrainJob sets none)", minNodes, maxNodes))
+	}
+	return nil
 }
 
 // ElasticPolicy is an ML policy's torch elastic policy, or nil.
@@ -300,15 +345,18 @@ func ElasticPolicy(p *trainer.MLPolicy) *trainer.TorchElasticPolicy {
 	return p.Torch.ElasticPolicy
 }
 
-// CheckElasticSize refuses, at spec.trainer.numNodes, a size outside an elastic runtime's bounds;
-// runtime names the runtime.
-func CheckElasticSize(elastic *trainer.TorchElasticPolicy, n int32, runtime string) error {
+// CheckElasticSize refuses, at spec.trainer.numNodes, a size outside the bounds of the elastic
+// policy a TrainJob runs under (ElasticPolicyFor); runtime names its runtime.
+func CheckElasticSize(tj *trainer.TrainJob, elastic *trainer.TorchElasticPolicy, n int32, runtime string) error {
 	minNodes, maxNodes := ElasticBounds(elastic)
-	if n < minNodes || n > maxNodes {
-		return field.Invalid(TrainerPath.Child("numNodes"), n, fmt.Sprintf(
-			"%s is elastic: numNodes must be between its torch.elasticPolicy's minNodes (%d) and maxNodes (%d)", runtime, minNodes, maxNodes))
+	if n >= minNodes && n <= maxNodes {
+		return nil
 	}
-	return nil
+	format := "%s is elastic: numNodes must be between its torch.elasticPolicy's minNodes (%d) and maxNodes (%d)"
+	if tj.Spec.Trainer != nil && tj.Spec.Trainer.ElasticPolicy != nil {
+		format = "%s is elastic: numNodes must be between minNodes (%d) and maxNodes (%d), its torch.elasticPolicy's as spec.trainer.elasticPolicy narrows them"
+	}
+	return field.Invalid(TrainerPath.Child("numNodes"), n, fmt.Sprintf(format, runtime, minNodes, maxNodes))
 }
 
 // ElasticBounds are the fewest and the most nodes of an elastic policy: minNodes (1 when

@@ -6,6 +6,7 @@ package gang
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,7 +287,7 @@ func Members(js metav1.Object) (jobs []string, pods int32, ok bool) {
 	for _, part := range strings.Split(value, ",") {
 		job, count, cut := strings.Cut(part, "=")
 		n, err := strconv.ParseInt(count, 10, 32)
-		if !cut || job == "" || err != nil || n < 0 {
+		if !cut || job == "" || err != nil || n < 0 || int64(pods)+n > math.MaxInt32 {
 			return nil, 0, false
 		}
 		jobs, pods = append(jobs, job), pods+int32(n)
@@ -297,7 +298,7 @@ func Members(js metav1.Object) (jobs []string, pods int32, ok bool) {
 // elasticMinNodes is the fewest nodes an elastic torch TrainJob runs on, or nil when it is not
 // elastic.
 func elasticMinNodes(b *framework.Draft) *int32 {
-	p := framework.ElasticPolicy(b.Runtime.Spec.MLPolicy)
+	p := framework.ElasticPolicyFor(b.TrainJob, b.Runtime.Spec.MLPolicy)
 	if p == nil {
 		return nil
 	}

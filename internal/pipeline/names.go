@@ -30,7 +30,7 @@ func checkNames(b *framework.Draft) error {
 		spec := rj.Template.Spec
 		if ptr.Deref(spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion && spec.Completions != nil {
 			completions := *spec.Completions
-			if elastic := framework.ElasticPolicy(b.MLPolicy()); elastic != nil && rj.Name == b.TrainerJob().Name {
+			if elastic := framework.ElasticPolicyFor(b.TrainJob, b.MLPolicy()); elastic != nil && rj.Name == b.TrainerJob().Name {
 				// It may grow to maxNodes while it runs, and Kubernetes checks the names at
 				// creation only.
 				_, maxNodes := framework.ElasticBounds(elastic)

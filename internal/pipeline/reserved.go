@@ -32,6 +32,9 @@ func checkTrainJob(b *framework.Draft, fw framework.Framework) error {
 	if err := checkNumProcPerNode(b, fw); err != nil {
 		errs = append(errs, err)
 	}
+	if err := framework.CheckElasticBounds(b.TrainJob, b.MLPolicy(), b.Runtime.String()); err != nil {
+		errs = append(errs, err)
+	}
 	return errs.ToAggregate()
 }
 

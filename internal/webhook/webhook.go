@@ -309,7 +309,7 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 			return nil, apierrors.NewInternalError(err)
 		}
 		if rt != nil {
-			elastic = framework.ElasticPolicy(rt.Spec.MLPolicy)
+			elastic = framework.ElasticPolicyFor(tj, rt.Spec.MLPolicy)
 		}
 	}
 	if running(old) && running(tj) {
@@ -324,7 +324,7 @@ func (w *trainJobWebhook) ValidateUpdate(ctx context.Context, old, tj *trainer.T
 	if elastic != nil && nodes(tj) != 0 {
 		// Against the bounds the TrainJob is built with, even when its runtime's copy cannot be
 		// read to build it (validate then only warns).
-		if err := framework.CheckElasticSize(elastic, nodes(tj), rt.String()); err != nil {
+		if err := framework.CheckElasticSize(tj, elastic, nodes(tj), rt.String()); err != nil {
 			return nil, invalid(trainer.TrainJobKind, tj.Name, err)
 		}
 	}
@@ -430,6 +430,9 @@ func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
 	}
 	if tj.Spec.ProgressDeadlineSeconds != nil {
 		warnings = append(warnings, "spec.progressDeadlineSeconds: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): set the runtime's stallPolicy instead")
+	}
+	if t := tj.Spec.Trainer; t != nil && t.ElasticPolicy != nil {
+		warnings = append(warnings, "spec.trainer.elasticPolicy: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field), and the runtime's bounds hold again: set them in a runtime of its own")
 	}
 	if tj.Spec.TTLSecondsAfterFinished != nil {
 		warnings = append(warnings, "spec.ttlSecondsAfterFinished: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field): set the runtime's runPolicy.ttlSecondsAfterFinished instead")

@@ -147,7 +147,7 @@ func (t torch) environment(b *framework.Draft, policy *trainer.TorchMLPolicySour
 	if policy.ElasticPolicy == nil {
 		return env, procs, nil
 	}
-	elastic, err := applyElastic(b, policy.ElasticPolicy, t.fqdn(b, master))
+	elastic, err := applyElastic(b, framework.ElasticPolicyFor(b.TrainJob, b.MLPolicy()), t.fqdn(b, master))
 	return upsert.Env(env, elastic...), procs, err
 }
 
@@ -161,7 +161,7 @@ func (t torch) environment(b *framework.Draft, policy *trainer.TorchMLPolicySour
 // so that a run at any size completes; and the rendezvous is on the first pod, which a resize
 // never removes (the Job controller removes the highest indexes).
 func applyElastic(b *framework.Draft, elastic *trainer.TorchElasticPolicy, host string) ([]corev1.EnvVar, error) {
-	if err := framework.CheckElasticSize(elastic, b.NumNodes, b.Runtime.String()); err != nil {
+	if err := framework.CheckElasticSize(b.TrainJob, elastic, b.NumNodes, b.Runtime.String()); err != nil {
 		return nil, err
 	}
 	minNodes, maxNodes := framework.ElasticBounds(elastic)

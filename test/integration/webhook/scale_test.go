@@ -21,6 +21,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
 )
 
 var polling = utiltesting.Polling{Timeout: 20 * time.Second, Interval: 50 * time.Millisecond}
@@ -203,4 +204,73 @@ func edit(ctx context.Context, tj *trainer.TrainJob, change func(*trainer.TrainJ
 		change(tj)
 		return k8sClient.Update(ctx, tj)
 	})
+}
+
+// TestATrainJobNarrowsItsRuntimesElasticBounds: a TrainJob's own trainer.elasticPolicy (KEP-2903)
+// narrows its runtime's bounds, and everything follows it: the size it starts at, torchrun's
+// PET_NNODES, the autoscaler's range and the scale subresource (and the gang: internal/gang). Bounds beyond the
+// runtime's, crossed, or for a runtime that is not elastic, are refused at admission, and they
+// change only while the TrainJob is suspended.
+func TestATrainJobNarrowsItsRuntimesElasticBounds(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	spec := utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{
+		ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](2), MaxNodes: ptr.To[int32](5), Metrics: []autoscalingv2.MetricSpec{cpuTarget}},
+	}).Obj()
+	require.NoError(t, k8sClient.Create(ctx, utiltesting.TrainingRuntime("wide", ns, spec)))
+	bounded := func(name string, minNodes, maxNodes *int32) *trainer.TrainJob {
+		return utiltesting.MakeTrainJob(name, ns).RuntimeRef(trainer.TrainingRuntimeKind, "wide").
+			Trainer(&trainer.Trainer{ElasticPolicy: &trainer.TrainerElasticPolicy{MinNodes: minNodes, MaxNodes: maxNodes}}).Obj()
+	}
+
+	tj := bounded("narrow", ptr.To[int32](3), ptr.To[int32](4))
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	assert.Equal(t, ptr.To[int32](4), tj.Spec.Trainer.NumNodes, "admission did not default numNodes to the TrainJob's maxNodes")
+	key := client.ObjectKeyFromObject(tj)
+	utiltesting.WaitFor(t, k8sClient, polling, key, &jobsetv1alpha2.JobSet{}, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.Equal(c, &batchJobSpec{4, 4}, trainerJob(js))
+		assert.Contains(c, js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "PET_NNODES", Value: "3:4"})
+	})
+	hpa := utiltesting.WaitFor(t, k8sClient, polling, key, &autoscalingv2.HorizontalPodAutoscaler{}, func(*assert.CollectT, *autoscalingv2.HorizontalPodAutoscaler) {})
+	assert.Equal(t, ptr.To[int32](3), hpa.Spec.MinReplicas)
+	assert.Equal(t, int32(4), hpa.Spec.MaxReplicas)
+
+	require.NoError(t, scale(tj, 3))
+	err := scale(tj, 5)
+	require.Error(t, err, "a scale within the runtime's bounds but beyond the TrainJob's")
+	assert.Contains(t, err.Error(), `spec.trainer.numNodes: Invalid value: 5: TrainingRuntime "wide" is elastic: numNodes must be between minNodes (3) and maxNodes (4), its torch.elasticPolicy's as spec.trainer.elasticPolicy narrows them`)
+	err = edit(ctx, tj, func(tj *trainer.TrainJob) { tj.Spec.Trainer.ElasticPolicy.MaxNodes = ptr.To[int32](5) })
+	require.Error(t, err, "the bounds of a running TrainJob changed")
+	assert.Contains(t, err.Error(), "may change while the TrainJob runs: suspend it first")
+
+	// Kueue's updates would drop the bounds: a queued TrainJob is warned.
+	warned, collected, err := testenv.ClientWithWarnings(restCfg)
+	require.NoError(t, err)
+	queued := bounded("queued", nil, ptr.To[int32](3))
+	queued.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
+	require.NoError(t, warned.Create(ctx, queued))
+	assert.Contains(t, collected.Texts(), "spec.trainer.elasticPolicy: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field), and the runtime's bounds hold again: set them in a runtime of its own")
+
+	for _, c := range []struct {
+		tj   *trainer.TrainJob
+		want string
+	}{
+		{bounded("low", ptr.To[int32](1), nil), `spec.trainer.elasticPolicy.minNodes: Invalid value: 1: below the minNodes (2) of TrainingRuntime "wide"'s torch.elasticPolicy`},
+		{bounded("high", nil, ptr.To[int32](6)), `spec.trainer.elasticPolicy.maxNodes: Invalid value: 6: above the maxNodes (5) of TrainingRuntime "wide"'s torch.elasticPolicy`},
+		{bounded("crossed", ptr.To[int32](4), ptr.To[int32](3)), "spec.trainer.elasticPolicy: Invalid value: minNodes must not be greater than maxNodes"},
+		{func() *trainer.TrainJob {
+			tj := bounded("outside", nil, ptr.To[int32](3))
+			tj.Spec.Trainer.NumNodes = ptr.To[int32](4)
+			return tj
+		}(), "spec.trainer.numNodes: Invalid value: 4"},
+		{func() *trainer.TrainJob {
+			tj := bounded("fixed", nil, ptr.To[int32](3))
+			tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed"}
+			return tj
+		}(), `spec.trainer.elasticPolicy: Forbidden: ClusterTrainingRuntime "torch-distributed" is not elastic`},
+	} {
+		err := k8sClient.Create(ctx, c.tj)
+		require.Error(t, err, "TrainJob %s was accepted", c.tj.Name)
+		assert.Contains(t, err.Error(), c.want)
+	}
 }
