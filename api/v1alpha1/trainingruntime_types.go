@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -169,6 +170,66 @@ type RunPolicy struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// FailurePolicy says what a failed training pod does to the TrainJob (KEP-4162): restart the
+	// training (all its pods) or fail it at once, by the pod's exit codes and conditions; and how
+	// many restarts it may spend. A pod that failed because of its node or a preemption (its
+	// DisruptionTarget condition: evicted, drained, preempted, its node lost) restarts the
+	// training without spending one.
+	// +optional
+	FailurePolicy *FailurePolicy `json:"failurePolicy,omitempty"`
+}
+
+// FailurePolicy is what a runtime's failed training pods do to their TrainJob.
+type FailurePolicy struct {
+	// MaxRestarts is how many times the training may restart after failures that count: the
+	// JobSet's failurePolicy.maxRestarts. A TrainJob's spec.failurePolicy.maxRestarts overrides
+	// it; omitted, the template's holds.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
+
+	// Rules decide, in order, what a failed training pod does: the first whose requirement it
+	// meets. A pod that meets none counts against its Job's backoffLimit, and a Job that fails
+	// then restarts the training (spending a restart) as the template's failurePolicy says.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Rules []FailurePolicyRule `json:"rules,omitempty"`
+}
+
+// FailurePolicyAction is what a failure that meets a rule does.
+// +kubebuilder:validation:Enum=Fail;Restart;RestartNotCounted
+type FailurePolicyAction string
+
+const (
+	// FailurePolicyFail fails the TrainJob at once: its other pods are stopped and no restart
+	// is spent. For failures no restart can fix (a bug in the training code, a bad argument).
+	FailurePolicyFail FailurePolicyAction = "Fail"
+	// FailurePolicyRestart restarts the training at once, spending a restart.
+	FailurePolicyRestart FailurePolicyAction = "Restart"
+	// FailurePolicyRestartNotCounted restarts the training at once without spending a restart.
+	FailurePolicyRestartNotCounted FailurePolicyAction = "RestartNotCounted"
+)
+
+// FailurePolicyRule is a requirement on a failed training pod and what meeting it does. It
+// names exit codes, or pod conditions, not both.
+// +kubebuilder:validation:XValidation:rule="has(self.onExitCodes) != has(self.onPodConditions)",message="a rule names onExitCodes or onPodConditions, one of them"
+type FailurePolicyRule struct {
+	// Action is what a pod that meets the rule does to the TrainJob.
+	// +required
+	Action FailurePolicyAction `json:"action"`
+
+	// OnExitCodes is met by a pod whose container (the named one, else any) ended with one of
+	// the codes (operator In) or any code but them and 0 (NotIn).
+	// +optional
+	OnExitCodes *batchv1.PodFailurePolicyOnExitCodesRequirement `json:"onExitCodes,omitempty"`
+
+	// OnPodConditions is met by a pod that has one of these conditions True.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	OnPodConditions []batchv1.PodFailurePolicyOnPodConditionsPattern `json:"onPodConditions,omitempty"`
 }
 
 // AvoidNodesPolicy says after which failures a restart keeps off the failed pod's node.

@@ -235,6 +235,13 @@ type TrainJobStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Restarts int32 `json:"restarts,omitempty"`
 
+	// RestartsCountTowardsMax is how many of those restarts counted against the failure
+	// policy's maxRestarts: not those after a failure its node or a preemption caused, nor
+	// those of a rule that restarts without counting.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RestartsCountTowardsMax int32 `json:"restartsCountTowardsMax,omitempty"`
+
 	// AvoidedNodes are the nodes a restart of the TrainJob's pods keeps off where another node
 	// fits (the runtime's recoveryPolicy.avoidNodes): the nodes of the first failed pods of its
 	// earlier attempts, one per attempt, the last 16. They apply to this TrainJob alone.

@@ -123,6 +123,11 @@ type TrainJobSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 
+	// FailurePolicy overrides, for this TrainJob, how many restarts its runtime's
+	// runPolicy.failurePolicy lets it spend.
+	// +optional
+	FailurePolicy *TrainJobFailurePolicy `json:"failurePolicy,omitempty"`
+
 	// ProgressDeadlineSeconds overrides the runtime's stallPolicy.progressDeadlineSeconds: how
 	// long the trainer's reported progress may stay the same while every pod of the training
 	// runs before the TrainJob is Stalled. The runtime's stallPolicy.action applies, Fail when the
@@ -417,6 +422,15 @@ type ContainerPatch struct {
 	// SecurityContext replaces the container's security context.
 	// +optional
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+}
+
+// TrainJobFailurePolicy is a TrainJob's own part of its failure policy.
+type TrainJobFailurePolicy struct {
+	// MaxRestarts is how many times the training may restart after failures that count; the
+	// runtime's (runPolicy.failurePolicy.maxRestarts, else its template's) when omitted.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
 }
 
 // TrainerElasticPolicy is a TrainJob's own elastic bounds, within its runtime's.

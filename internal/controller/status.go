@@ -275,6 +275,7 @@ func setJobSetCounts(tj *trainer.TrainJob, jobSet *jobsetv1alpha2.JobSet) (ready
 		})
 	}
 	tj.Status.Restarts = jobSet.Status.Restarts
+	tj.Status.RestartsCountTowardsMax = jobSet.Status.RestartsCountTowardsMax
 	setScaleStatus(tj, jobSet)
 	ready, total = trainingPods(jobSet)
 	if total > 0 {

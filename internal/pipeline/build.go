@@ -80,6 +80,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		func(b *framework.Draft) error { return checkTrainJob(b, fw) },
 		applyInitializers,
 		fw.Apply,
+		applyFailurePolicy,
 		applyRecovery,
 		applyPodPatches,
 		keepLastLogLines,

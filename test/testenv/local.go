@@ -450,13 +450,22 @@ func kwokStages(runFor time.Duration) string {
 
 // podEndStage is a stage that ends the run of the pods that match: after delay, their containers
 // terminate with exitCode and reason, and the pod goes to phase. An eviction, the kubelet's doing
-// rather than the containers', gives the pod the reason Evicted and its message.
+// rather than the containers', gives the pod the reason Evicted and its message, and the
+// DisruptionTarget condition the kubelet adds (reason TerminationByKubelet), which a Job's pod
+// failure policy reads.
 func podEndStage(name, match, delay, phase string, exitCode int, reason, eviction string) string {
-	podReason := ""
+	podReason, disruption := "", ""
 	if eviction != "" {
 		podReason = "reason: Evicted\n      message: " + strconv.Quote(eviction) + "\n      "
+		disruption = `
+      - lastProbeTime: null
+        lastTransitionTime: {{ $now | Quote }}
+        reason: TerminationByKubelet
+        message: ` + strconv.Quote(eviction) + `
+        status: "True"
+        type: DisruptionTarget`
 	}
-	return strings.NewReplacer("$NAME", name, "$MATCH", match, "$DELAY", delay, "$PHASE", phase,
+	return strings.NewReplacer("$NAME", name, "$MATCH", match, "$DELAY", delay, "$PHASE", phase, "$DISRUPTION", disruption,
 		"$EXIT_CODE", strconv.Itoa(exitCode), "$REASON", reason, "$POD_REASON", podReason,
 		"$MESSAGE", strconv.Quote("kwok: "+name+" after its run time")).Replace(`apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -478,7 +487,7 @@ spec:
         reason: Pod$PHASE
         status: "False"
         type: {{ . }}
-      {{ end }}
+      {{ end }}$DISRUPTION
       containerStatuses:
       {{ range .spec.containers }}
       - image: {{ .image | Quote }}
