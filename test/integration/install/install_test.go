@@ -69,7 +69,7 @@ func TestInstallApplies(t *testing.T) {
 	ctx := context.Background()
 	runtimes, err := testenv.Kustomize(configDir("runtimes"))
 	require.NoError(t, err)
-	require.Len(t, runtimes, 10)
+	require.Len(t, runtimes, 11)
 	for _, objs := range [][]*unstructured.Unstructured{runtimes, installed} {
 		for _, obj := range objs {
 			require.NoError(t, testenv.Apply(ctx, k8sClient, "install-test", obj), "%s %s", obj.GetKind(), obj.GetName())

@@ -37,7 +37,7 @@ func fixtures(t *testing.T) []string {
 			return err
 		}))
 	}
-	require.Len(t, files, 14)
+	require.Len(t, files, 15)
 	return files
 }
 

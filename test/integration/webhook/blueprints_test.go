@@ -82,6 +82,14 @@ func TestEveryShippedRuntimeRunsTheSDKsTrainJobs(t *testing.T) {
 				assert.Equal(t, "checkpointer.checkpoint_dir=/workspace/model", command[len(command)-1])
 				assert.Len(t, js.Spec.VolumeClaimPolicies, 1, "the initializers' volume")
 			}
+			if rt.GetName() == "grpo-distributed" { // upstream #3718: the SDK's CustomTrainer under torchrun, on the initializers' volume
+				node := js.Spec.ReplicatedJobs[len(js.Spec.ReplicatedJobs)-1]
+				c := node.Template.Spec.Template.Spec.Containers[0]
+				assert.Equal(t, sdkTrainer("torch").Command, c.Command, "the SDK's command")
+				assert.Subset(t, c.Env, []corev1.EnvVar{{Name: "MODEL_PATH", Value: "/workspace/model"}, {Name: "DATASET_PATH", Value: "/workspace/dataset"},
+					{Name: "PET_NNODES", Value: "2"}}, "the runtime's paths and torchrun's wiring")
+				assert.Len(t, js.Spec.VolumeClaimPolicies, 1, "the initializers' volume")
+			}
 		})
 	}
 }
