@@ -3,6 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,21 +27,23 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
-	"github.com/trainjob/operator/internal/gang"
 )
 
 // disruptionController names the disruption controller and its field manager.
 const disruptionController = "disruption"
 
 // DisruptionReconciler keeps a PodDisruptionBudget for each running gang TrainJob, so that a node
-// drain, or anything else that evicts pods through the eviction API, does not take part of a gang
-// that runs only whole: its minAvailable is every pod of the gang that must run at once, so no
-// eviction passes while the gang is whole, and its pods are not evicted one by one into a gang
-// that can no longer run. It is made when the TrainJob's JobSet runs and removed when the TrainJob
-// is suspended or finished; the TrainJob owns it, so it goes with the TrainJob.
+// drain, or anything else that evicts pods through the eviction API, does not take part of a
+// training that runs only whole: it selects every pod of the training (every replicated job but
+// the initializers: the gang, and an MPI launcher that starts after it) and its minAvailable is
+// all of them, at the training's current size, so no eviction passes while the training is whole.
+// It is made when the TrainJob's JobSet runs and removed when the TrainJob is suspended or
+// finished; the TrainJob owns it, so it goes with the TrainJob.
 type DisruptionReconciler struct {
 	client   client.Client
 	recorder events.EventRecorder
+	// warned holds, by TrainJob UID, the last warning told: each is told once, not at each retry.
+	warned sync.Map
 }
 
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
@@ -81,23 +86,32 @@ func (r *DisruptionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	err = write(ctx, r.client, tj, want, owner)
 	switch {
 	case isNotOurs(err):
-		r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, trainer.TrainJobObjectNotOwnedReason, "Protect",
-			"%v: the gang has no PodDisruptionBudget, and a node drain may evict part of it", err)
+		r.warnOnce(tj, trainer.TrainJobObjectNotOwnedReason, fmt.Sprintf("%v: the gang has no PodDisruptionBudget, and a node drain may evict part of it", err))
 		return ctrl.Result{RequeueAfter: time.Minute}, nil
 	case permanent(err) || apierrors.IsForbidden(err):
-		r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, "PodDisruptionBudgetFailed", "Protect",
-			"Writing the gang's PodDisruptionBudget %q was refused: %v", want.Name, err)
+		r.warnOnce(tj, "PodDisruptionBudgetFailed", fmt.Sprintf("Writing the gang's PodDisruptionBudget %q was refused: %v", want.Name, err))
 		return ctrl.Result{RequeueAfter: time.Minute}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("writing the PodDisruptionBudget of %s: %w", klog.KObj(tj), err)
 	}
+	r.warned.Delete(tj.UID)
 	ctrl.LoggerFrom(ctx).V(2).Info("Wrote the gang's PodDisruptionBudget", "podDisruptionBudget", req.NamespacedName, "minAvailable", want.Spec.MinAvailable.IntValue())
 	return ctrl.Result{}, nil
 }
 
+// warnOnce tells a Warning event about the TrainJob, unless it was the last one told of it.
+func (r *DisruptionReconciler) warnOnce(tj *trainer.TrainJob, reason, message string) {
+	if last, ok := r.warned.Load(tj.UID); ok && last == reason+message {
+		return
+	}
+	r.warned.Store(tj.UID, reason+message)
+	r.recorder.Eventf(tj, nil, corev1.EventTypeWarning, reason, "Protect", "%s", message)
+}
+
 // budget is the PodDisruptionBudget the TrainJob should have now, or nil for none: a gang
 // TrainJob that runs (the operator's, not being deleted, not finished nor suspended, whose JobSet
-// is its own and runs) has one for its gang's pods, which its JobSet names (gang.Members).
+// is its own and runs) has one for its training's pods, which its JobSet records
+// (framework.TrainingPodsAnnotation, kept at its current size).
 func (r *DisruptionReconciler) budget(ctx context.Context, tj *trainer.TrainJob) (*policyv1.PodDisruptionBudget, error) {
 	if !tj.ManagedByOperator() || !tj.DeletionTimestamp.IsZero() || tj.Finished() || ptr.Deref(tj.Spec.Suspend, false) || !isGang(tj) {
 		return nil, nil
@@ -109,10 +123,15 @@ func (r *DisruptionReconciler) budget(ctx context.Context, tj *trainer.TrainJob)
 	if !metav1.IsControlledBy(js, tj) || ptr.Deref(js.Spec.Suspend, false) || js.Status.TerminalState != "" {
 		return nil, nil
 	}
-	jobs, pods, ok := gang.Members(js)
-	if !ok || pods == 0 {
-		return nil, nil // A JobSet made before the operator recorded its gang: it gets one when built again.
+	var jobs []string
+	var pods int64
+	for name, size := range recordedSizes(js) {
+		jobs, pods = append(jobs, name), pods+int64(size.replicas)*int64(size.perJob)
 	}
+	if pods <= 0 || pods > math.MaxInt32 {
+		return nil, nil // No training pods recorded (or a record someone mangled): nothing to keep.
+	}
+	slices.Sort(jobs)
 	return &policyv1.PodDisruptionBudget{
 		TypeMeta: metav1.TypeMeta{APIVersion: policyv1.SchemeGroupVersion.String(), Kind: "PodDisruptionBudget"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -121,7 +140,7 @@ func (r *DisruptionReconciler) budget(ctx context.Context, tj *trainer.TrainJob)
 			OwnerReferences: []metav1.OwnerReference{framework.OwnerReference(tj)},
 		},
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptr.To(intstr.FromInt32(pods)),
+			MinAvailable: ptr.To(intstr.FromInt32(int32(pods))),
 			Selector: &metav1.LabelSelector{
 				MatchLabels: map[string]string{jobsetv1alpha2.JobSetNameKey: js.Name},
 				MatchExpressions: []metav1.LabelSelectorRequirement{{

@@ -179,6 +179,11 @@ func (r *TrainJobReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob
 				fmt.Sprintf("TrainJob passed %s waiting for JobSet %q, which is not its own: it never ran", deadlineText(tj), js.Name))
 		}
 		return ctrl.Result{}, nil
+	case js != nil && js.Status.TerminalState != "" && ptr.Deref(tj.Spec.Suspend, false) && failedSuspended(js):
+		// The pods the suspension stopped failed as its failure policy counts failures (a Job's
+		// pod failure policy does not tell a stopped pod from a failed one): not the training's
+		// failure. The JobSet is made anew, as a suspended JobSet that cannot take an edit is.
+		return r.recreate(ctx, tj, before, js, errors.New("it failed after it was suspended: its pods stopped for the suspension met its failure policy"))
 	case js != nil && js.Status.TerminalState != "":
 		if js.Status.TerminalState == string(jobsetv1alpha2.JobSetFailed) {
 			r.readFailure(ctx, tj, js, js.Status.Restarts)
@@ -553,6 +558,17 @@ func setCreated(tj *trainer.TrainJob) {
 	kind, name := trainingruntime.Ref(tj)
 	setCondition(tj, trainer.TrainJobCreated, metav1.ConditionTrue, trainer.TrainJobJobsCreatedReason,
 		fmt.Sprintf("JobSet %q is created from %s %q", tj.Name, kind, name))
+}
+
+// failedSuspended reports whether a JobSet failed after it was suspended: its Failed condition
+// is no older than its Suspended one, which is True.
+func failedSuspended(js *jobsetv1alpha2.JobSet) bool {
+	if js.Status.TerminalState != string(jobsetv1alpha2.JobSetFailed) || !ptr.Deref(js.Spec.Suspend, false) {
+		return false
+	}
+	suspended := apimeta.FindStatusCondition(js.Status.Conditions, string(jobsetv1alpha2.JobSetSuspended))
+	failed := apimeta.FindStatusCondition(js.Status.Conditions, string(jobsetv1alpha2.JobSetFailed))
+	return suspended != nil && suspended.Status == metav1.ConditionTrue && failed != nil && !failed.LastTransitionTime.Before(&suspended.LastTransitionTime)
 }
 
 // mayHaveRun reports whether the TrainJob's pods may have run: its status last saw its JobSet

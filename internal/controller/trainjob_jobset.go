@@ -130,8 +130,8 @@ func (r *TrainJobReconciler) jobSetGone(ctx context.Context, tj *trainer.TrainJo
 	return ctrl.Result{}, nil
 }
 
-// recreate deletes a suspended JobSet that cannot take the TrainJob's changes, so that it is
-// created again as the TrainJob now says. Its Jobs go first (foreground deletion): the new
+// recreate deletes a suspended JobSet that cannot take the TrainJob's changes, or that failed
+// after its suspension, so that it is created again as the TrainJob now says. Its Jobs go first (foreground deletion): the new
 // JobSet's Jobs take their names. Its deletion queues the TrainJob. The TrainJob's status says
 // first that it is suspended while its JobSet is made anew: a JobSet that is gone once the
 // TrainJob's pods may have run fails the TrainJob (mayHaveRun), and a TrainJob resumed meanwhile
@@ -139,7 +139,7 @@ func (r *TrainJobReconciler) jobSetGone(ctx context.Context, tj *trainer.TrainJo
 func (r *TrainJobReconciler) recreate(ctx context.Context, tj *trainer.TrainJob, before *trainer.TrainJobStatus, js *jobsetv1alpha2.JobSet, refusal error) (ctrl.Result, error) {
 	if !apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobSuspended) {
 		setCondition(tj, trainer.TrainJobSuspended, metav1.ConditionTrue, trainer.TrainJobRebuildingReason,
-			"The TrainJob's JobSet is suspended and made anew with its changes")
+			"The TrainJob's JobSet is suspended and made anew: "+refusal.Error())
 		if result, err := r.commit(ctx, tj, before); err != nil || !result.IsZero() {
 			return result, err
 		}
@@ -148,8 +148,8 @@ func (r *TrainJobReconciler) recreate(ctx context.Context, tj *trainer.TrainJob,
 	if client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("deleting JobSet %s to create it again: %w", klog.KObj(js), err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Deleting the suspended JobSet to create it again with the TrainJob's changes",
-		"jobSet", klog.KObj(js), "refusal", refusal.Error())
+	ctrl.LoggerFrom(ctx).Info("Deleting the suspended JobSet to create it again",
+		"jobSet", klog.KObj(js), "because", refusal.Error())
 	return ctrl.Result{}, nil
 }
 

@@ -6,10 +6,7 @@ package gang
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,12 +36,6 @@ const (
 	// KAIQueueLabel names the KAI Scheduler queue; KAI's pod-grouper makes the PodGroup itself.
 	KAIQueueLabel = "kai.scheduler/queue"
 )
-
-// MembersAnnotation on a gang TrainJob's JobSet names the replicated jobs of its gang, each with
-// how many of its pods must run at once, as <job>=<pods>, comma-separated: the gang's
-// PodDisruptionBudget keeps that many of them through a node drain, from the cache's summary of
-// the JobSet, which keeps no Job templates.
-const MembersAnnotation = "trainer.kubeflow.org/gang-members"
 
 // DefaultScheduleTimeoutSeconds is the Coscheduling timeout when the runtime sets none, or 0.
 const DefaultScheduleTimeoutSeconds = 60
@@ -89,11 +80,6 @@ func Stamp(b *framework.Draft) error {
 	}
 	js, name := b.JobSet, b.TrainJob.Name
 	gang := members(js)
-	var listed []string
-	for _, m := range memberPods(b) {
-		listed = append(listed, fmt.Sprintf("%s=%d", m.job, m.pods))
-	}
-	js.Annotations = withEntry(js.Annotations, MembersAnnotation, strings.Join(listed, ","))
 	if kai := policy.KAIScheduler; kai != nil {
 		js.Labels = withEntry(js.Labels, KAIQueueLabel, kai.Queue)
 	}
@@ -252,7 +238,6 @@ func size(b *framework.Draft) (int32, corev1.ResourceList) {
 
 // memberPod is a member job of the gang, and how many of its pods must run at once.
 type memberPod struct {
-	job   string
 	index int // in the JobSet's replicated jobs
 	pods  int32
 }
@@ -272,27 +257,9 @@ func memberPods(b *framework.Draft) []memberPod {
 		if minNodes != nil && job.Name == b.TrainerJob().Name {
 			parallelism = *minNodes
 		}
-		out = append(out, memberPod{job: job.Name, index: i, pods: job.Replicas * parallelism})
+		out = append(out, memberPod{index: i, pods: job.Replicas * parallelism})
 	}
 	return out
-}
-
-// Members reads a JobSet's MembersAnnotation: the gang's member jobs and how many of their pods
-// must run at once in all. ok is false when the JobSet has none, or one that does not parse.
-func Members(js metav1.Object) (jobs []string, pods int32, ok bool) {
-	value, found := js.GetAnnotations()[MembersAnnotation]
-	if !found || value == "" {
-		return nil, 0, false
-	}
-	for _, part := range strings.Split(value, ",") {
-		job, count, cut := strings.Cut(part, "=")
-		n, err := strconv.ParseInt(count, 10, 32)
-		if !cut || job == "" || err != nil || n < 0 || int64(pods)+n > math.MaxInt32 {
-			return nil, 0, false
-		}
-		jobs, pods = append(jobs, job), pods+int32(n)
-	}
-	return jobs, pods, true
 }
 
 // elasticMinNodes is the fewest nodes an elastic torch TrainJob runs on, or nil when it is not

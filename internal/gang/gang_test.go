@@ -197,11 +197,6 @@ func TestCoschedulingPodGroupSize(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("PodGroup (-want +got):\n%s", diff)
 			}
-			// The JobSet records the gang's jobs and size, for its PodDisruptionBudget.
-			js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
-			_, pods, ok := gang.Members(js)
-			assert.True(t, ok, "the JobSet's %s: %q", gang.MembersAnnotation, js.Annotations[gang.MembersAnnotation])
-			assert.Equal(t, tc.minMember, pods, "the JobSet's %s", gang.MembersAnnotation)
 		})
 	}
 }
@@ -442,32 +437,5 @@ func TestVolcanoPodGroupSpec(t *testing.T) {
 				t.Errorf("PodGroup spec (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-// The gang's annotation is read back whole, or not at all: a value someone mangled gives the
-// TrainJob no PodDisruptionBudget rather than a wrong one.
-func TestMembersReadsTheAnnotation(t *testing.T) {
-	for value, want := range map[string]struct {
-		jobs []string
-		pods int32
-		ok   bool
-	}{
-		"node=2":                    {[]string{"node"}, 2, true},
-		"launcher=1,node=4":         {[]string{"launcher", "node"}, 5, true},
-		"":                          {},
-		"node":                      {},
-		"node=x":                    {},
-		"node=-1":                   {},
-		"=2":                        {},
-		"node=2,":                   {},
-		"node=99999999999999":       {},
-		"a=2000000000,b=2000000000": {},
-	} {
-		js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gang.MembersAnnotation: value}}}
-		jobs, pods, ok := gang.Members(js)
-		assert.Equal(t, want.ok, ok, "%q", value)
-		assert.Equal(t, want.jobs, jobs, "%q", value)
-		assert.Equal(t, want.pods, pods, "%q", value)
 	}
 }

@@ -63,12 +63,30 @@ func applyFailurePolicy(b *framework.Draft) error {
 		return nil
 	}
 
+	if err := checkFailurePolicyRules(b, policy.Rules); err != nil {
+		return err
+	}
+	var training []string
+	for i := range js.ReplicatedJobs {
+		if job := &js.ReplicatedJobs[i]; !trainer.IsInitializer(job) {
+			training = append(training, job.Name)
+		}
+	}
+	// An elastic training replaces a pod its node or a preemption took and goes on at the size
+	// it has (torchrun's rendezvous lets it back in): Ignore, which does not count it. Any other
+	// restarts as a whole, without spending a restart.
+	disrupted := batchv1.PodFailurePolicyActionFailJob
+	if framework.ElasticPolicy(b.MLPolicy()) != nil {
+		disrupted = batchv1.PodFailurePolicyActionIgnore
+	}
 	podRules := []batchv1.PodFailurePolicyRule{{
-		Action:          batchv1.PodFailurePolicyActionFailJob,
+		Action:          disrupted,
 		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 	}}
+	// The rules apply to the training jobs' failures alone: an initializer's own pod failure
+	// policy is the runtime's, and its failure the template's rules say.
 	jobSetRules := []jobsetv1alpha2.FailurePolicyRule{{
-		Name: DisruptedRuleName, Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts,
+		Name: DisruptedRuleName, Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts, TargetReplicatedJobs: training,
 		OnJobFailureReasons: []string{jobFailureReason}, OnJobFailureMessagePatterns: []string{fmt.Sprintf(jobFailureMessage, 0)},
 	}}
 	for i, rule := range policy.Rules {
@@ -81,7 +99,7 @@ func applyFailurePolicy(b *framework.Draft) error {
 		}
 		podRules = append(podRules, podRule)
 		jobSetRules = append(jobSetRules, jobsetv1alpha2.FailurePolicyRule{
-			Name: fmt.Sprintf("%s%d", FailurePolicyRuleName, i), Action: jobSetAction(rule.Action),
+			Name: fmt.Sprintf("%s%d", FailurePolicyRuleName, i), Action: jobSetAction(rule.Action), TargetReplicatedJobs: slices.Clone(training),
 			OnJobFailureReasons: []string{jobFailureReason}, OnJobFailureMessagePatterns: []string{fmt.Sprintf(jobFailureMessage, i+1)},
 		})
 	}
@@ -95,11 +113,77 @@ func applyFailurePolicy(b *framework.Draft) error {
 			return b.RuntimeError(field.Forbidden(framework.RuntimeJobsPath.Index(i).Child("template", "spec", "podFailurePolicy"),
 				"a runtime with runPolicy.failurePolicy may not set its training jobs' own pod failure policy: the operator builds it from the failure policy's rules"))
 		}
-		spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: slices.Clone(podRules)}
+		spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: forJob(podRules, &spec.Template.Spec)}
 		spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}
 	js.FailurePolicy.Rules = append(jobSetRules, js.FailurePolicy.Rules...)
 	return nil
+}
+
+// checkFailurePolicyRules refuses the rules Kubernetes would refuse in a Job's pod failure policy
+// (which the schema, on Kubernetes' own types, does not check): the Jobs could never be created.
+// Each is the runtime's error, naming the rule.
+func checkFailurePolicyRules(b *framework.Draft, rules []trainer.FailurePolicyRule) error {
+	path := field.NewPath("spec", "runPolicy", "failurePolicy", "rules")
+	for r, rule := range rules {
+		if codes := rule.OnExitCodes; codes != nil {
+			p := path.Index(r).Child("onExitCodes")
+			switch {
+			case codes.Operator != batchv1.PodFailurePolicyOnExitCodesOpIn && codes.Operator != batchv1.PodFailurePolicyOnExitCodesOpNotIn:
+				return b.RuntimeError(field.NotSupported(p.Child("operator"), codes.Operator, []batchv1.PodFailurePolicyOnExitCodesOperator{
+					batchv1.PodFailurePolicyOnExitCodesOpIn, batchv1.PodFailurePolicyOnExitCodesOpNotIn}))
+			case len(codes.Values) == 0 || len(codes.Values) > 255:
+				return b.RuntimeError(field.Invalid(p.Child("values"), codes.Values, "must name between 1 and 255 exit codes"))
+			case !slices.IsSorted(codes.Values) || len(slices.Compact(slices.Clone(codes.Values))) != len(codes.Values):
+				return b.RuntimeError(field.Invalid(p.Child("values"), codes.Values, "must be in increasing order, each once, as a Job's pod failure policy needs"))
+			case codes.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn && slices.Contains(codes.Values, 0):
+				return b.RuntimeError(field.Invalid(p.Child("values"), codes.Values, "0 is a success: it may not fail a pod with operator In"))
+			}
+			if codes.ContainerName != nil && !slices.ContainsFunc(b.JobSet.Spec.ReplicatedJobs, func(j jobsetv1alpha2.ReplicatedJob) bool {
+				return !trainer.IsInitializer(&j) && hasContainer(&j.Template.Spec.Template.Spec, *codes.ContainerName)
+			}) {
+				return b.RuntimeError(field.Invalid(p.Child("containerName"), *codes.ContainerName, "no training job has a container of that name"))
+			}
+		}
+		for c, cond := range rule.OnPodConditions {
+			p := path.Index(r).Child("onPodConditions").Index(c)
+			switch {
+			case cond.Type == "":
+				return b.RuntimeError(field.Required(p.Child("type"), "the condition's type"))
+			case cond.Status != "" && cond.Status != corev1.ConditionTrue && cond.Status != corev1.ConditionFalse && cond.Status != corev1.ConditionUnknown:
+				return b.RuntimeError(field.NotSupported(p.Child("status"), cond.Status, []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown}))
+			}
+		}
+		if rule.OnExitCodes == nil && len(rule.OnPodConditions) == 0 {
+			return b.RuntimeError(field.Required(path.Index(r), "onExitCodes, or at least one of onPodConditions"))
+		}
+	}
+	return nil
+}
+
+// neverMet is a pod condition no one sets: the requirement of a pod failure policy rule that
+// stands, in a job whose pods lack the container a rule names, for that rule, so that each rule
+// has the same index in every training job's policy (the JobSet's rules match by it).
+const neverMet = "trainer.kubeflow.org/NotThisJobsContainer"
+
+// forJob is the pod failure policy rules for a job of this pod: each rule that names a container
+// the pod lacks never met.
+func forJob(rules []batchv1.PodFailurePolicyRule, pod *corev1.PodSpec) []batchv1.PodFailurePolicyRule {
+	out := make([]batchv1.PodFailurePolicyRule, len(rules))
+	for i, r := range rules {
+		out[i] = *r.DeepCopy()
+		if c := r.OnExitCodes; c != nil && c.ContainerName != nil && !hasContainer(pod, *c.ContainerName) {
+			out[i].OnExitCodes = nil
+			out[i].OnPodConditions = []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: neverMet, Status: corev1.ConditionTrue}}
+		}
+	}
+	return out
+}
+
+// hasContainer reports whether a pod has a container, or an init container, of the name.
+func hasContainer(pod *corev1.PodSpec, name string) bool {
+	named := func(c corev1.Container) bool { return c.Name == name }
+	return slices.ContainsFunc(pod.Containers, named) || slices.ContainsFunc(pod.InitContainers, named)
 }
 
 // trainerRunPolicy is a runtime's runPolicy.failurePolicy, or nil.

@@ -41,8 +41,11 @@ func TestTheFailurePolicyIsBuiltIntoTheJobSet(t *testing.T) {
 	assert.Equal(t, int32(3), fp.MaxRestarts, "the runtime's failure policy's maxRestarts wins over its template's")
 	byName := func(r jobsetv1alpha2.FailurePolicyRule) string { return r.Name }
 	assert.Equal(t, []string{"trainerDisrupted", "trainerRule0", "trainerRule1", "trainerRule2", "runtimes"}, mapped(fp.Rules, byName))
-	assert.Equal(t, jobsetv1alpha2.FailurePolicyRule{Name: "trainerDisrupted", Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts,
+	assert.Equal(t, jobsetv1alpha2.FailurePolicyRule{Name: "trainerDisrupted", Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts, TargetReplicatedJobs: []string{"node"},
 		OnJobFailureReasons: []string{"PodFailurePolicy"}, OnJobFailureMessagePatterns: []string{"matching FailJob rule at index 0$"}}, fp.Rules[0])
+	for _, r := range fp.Rules[:4] {
+		assert.Equal(t, []string{"node"}, r.TargetReplicatedJobs, "the operator's rules are the training jobs': an initializer's failure is the template's to judge")
+	}
 	assert.Equal(t, jobsetv1alpha2.FailJobSet, fp.Rules[1].Action)
 	assert.Equal(t, []string{"matching FailJob rule at index 1$"}, fp.Rules[1].OnJobFailureMessagePatterns)
 	assert.Equal(t, jobsetv1alpha2.RestartJobSet, fp.Rules[2].Action)
@@ -100,4 +103,50 @@ func mapped[T, U any](items []T, f func(T) U) []U {
 		out = append(out, f(item))
 	}
 	return out
+}
+
+// Rules that Kubernetes would refuse in a Job's pod failure policy are the runtime's error, named
+// at admission: the Jobs could never be created. A rule naming a container applies to the
+// training jobs that have it, and stands as a requirement never met in the others, so that the
+// JobSet's rules, which match by index, mean the same in every job.
+func TestFailurePolicyRulesKubernetesRefuses(t *testing.T) {
+	build := func(rules ...trainer.FailurePolicyRule) (*jobsetv1alpha2.JobSet, error) {
+		node := utiltesting.ReplicatedJob("node", trainer.AncestorTrainer, "node")
+		workers := utiltesting.ReplicatedJob("workers", "", "worker")
+		spec := utiltesting.MakeRuntimeSpec().ReplicatedJobs(node, workers).
+			RunPolicy(&trainer.RunPolicy{FailurePolicy: &trainer.FailurePolicy{Rules: rules}}).Obj()
+		children, err := Build(utiltesting.MakeTrainJob("tj", "ns").Obj(), &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: &spec}, stubFramework{})
+		if err != nil {
+			return nil, err
+		}
+		return utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet), nil
+	}
+	codes := func(op batchv1.PodFailurePolicyOnExitCodesOperator, container *string, values ...int32) trainer.FailurePolicyRule {
+		return trainer.FailurePolicyRule{Action: trainer.FailurePolicyFail, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{ContainerName: container, Operator: op, Values: values}}
+	}
+	in := batchv1.PodFailurePolicyOnExitCodesOpIn
+	for want, rule := range map[string]trainer.FailurePolicyRule{
+		"rules[0].onExitCodes.operator: Unsupported value":           codes("Maybe", nil, 1),
+		"rules[0].onExitCodes.values: Invalid value":                 codes(in, nil),
+		"must be in increasing order, each once":                     codes(in, nil, 3, 1),
+		"0 is a success: it may not fail a pod with operator In":     codes(in, nil, 0, 1),
+		"rules[0].onExitCodes.containerName: Invalid value: \"gpu\"": codes(in, ptr.To("gpu"), 1),
+		"rules[0].onPodConditions[0].status: Unsupported value": {Action: trainer.FailurePolicyFail,
+			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: "ConfigIssue", Status: "Maybe"}}},
+	} {
+		_, err := build(rule)
+		assert.ErrorContains(t, err, want)
+	}
+
+	js, err := build(codes(in, ptr.To("node"), 1))
+	require.NoError(t, err)
+	for _, job := range js.Spec.ReplicatedJobs {
+		rule := job.Template.Spec.PodFailurePolicy.Rules[1]
+		if job.Name == "node" {
+			assert.Equal(t, ptr.To("node"), rule.OnExitCodes.ContainerName)
+			continue
+		}
+		assert.Nil(t, rule.OnExitCodes, "the workers have no container node")
+		assert.Equal(t, []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: neverMet, Status: corev1.ConditionTrue}}, rule.OnPodConditions)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -378,7 +379,7 @@ func (w *trainJobWebhook) validate(ctx context.Context, tj *trainer.TrainJob) (a
 // validateAgainst checks that the TrainJob builds from its runtime as find finds it.
 func (w *trainJobWebhook) validateAgainst(ctx context.Context, tj *trainer.TrainJob,
 	find func(context.Context, *trainer.TrainJob) (*trainingruntime.Runtime, error)) (admission.Warnings, error) {
-	warnings := kueueWarnings(tj)
+	warnings := append(kueueWarnings(tj), argumentWarnings(tj)...)
 	rt, err := find(ctx, tj)
 	if err == nil {
 		rt, err = rt.Load(ctx, w.runtimes.reader, tj)
@@ -408,6 +409,30 @@ func (w *trainJobWebhook) validateAgainst(ctx context.Context, tj *trainer.Train
 	return warnings, nil
 }
 
+// maxArgument is the longest a single argument or environment string may be when a process
+// starts on Linux (MAX_ARG_STRLEN, 32 pages): a longer one fails the container's start.
+const maxArgument = 128 << 10
+
+// argumentWarnings warns about trainer command and args items that the API accepts (upstream's
+// cap is 1 MiB) but Linux will not start a process with.
+func argumentWarnings(tj *trainer.TrainJob) admission.Warnings {
+	t := tj.Spec.Trainer
+	if t == nil {
+		return nil
+	}
+	var warnings admission.Warnings
+	for name, items := range map[string][]string{"command": t.Command, "args": t.Args} {
+		for i, item := range items {
+			if len(item) >= maxArgument {
+				warnings = append(warnings, fmt.Sprintf("spec.trainer.%s[%d]: %d KiB: Linux starts no process with an argument of 128 KiB or more (MAX_ARG_STRLEN): the container would fail to start; pass it in a file or a volume",
+					name, i, len(item)>>10))
+			}
+		}
+	}
+	slices.Sort(warnings)
+	return warnings
+}
+
 // kueueWarnings warns about what a TrainJob queued by Kueue would lose or break. Kueue reads and
 // updates TrainJobs with upstream Kubeflow Trainer's Go types: its updates drop the fields those
 // types lack, and it cannot read numProcPerNode as a string.
@@ -430,6 +455,9 @@ func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
 	}
 	if tj.Spec.ProgressDeadlineSeconds != nil {
 		warnings = append(warnings, "spec.progressDeadlineSeconds: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): set the runtime's stallPolicy instead")
+	}
+	if fp := tj.Spec.FailurePolicy; fp != nil {
+		warnings = append(warnings, "spec.failurePolicy: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field), and the runtime's maxRestarts hold again: set them in the runtime's runPolicy.failurePolicy")
 	}
 	if t := tj.Spec.Trainer; t != nil && t.ElasticPolicy != nil {
 		warnings = append(warnings, "spec.trainer.elasticPolicy: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field), and the runtime's bounds hold again: set them in a runtime of its own")

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -106,4 +107,51 @@ func TestSomeoneElsesPodDisruptionBudgetIsLeftAlone(t *testing.T) {
 	require.NoError(t, k8sClient.Create(ctx, plain))
 	waitForJobSet(t, plain, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
 	assertNever(t, func() bool { return !noBudget(plain)() }, "a TrainJob without a gang got a PodDisruptionBudget")
+}
+
+// A JobSet that failed after it was suspended failed for its suspension: a Job's pod failure
+// policy counts the pods a suspension stops as any failed pods, and a rule of the runtime's
+// runPolicy.failurePolicy may match their exit code (143 for SIGTERM). The TrainJob is not failed;
+// its JobSet is made anew, and the TrainJob runs again once resumed.
+func TestAJobSetThatFailedForItsSuspensionIsMadeAnew(t *testing.T) {
+	ctx := context.Background()
+	ns, runtime := setup(t)
+	tj := utiltesting.MakeTrainJob("preempted", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	first := waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) })
+	first = waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(true), js.Spec.Suspend) })
+
+	suspendedAt := metav1.Now()
+	setJobSetStatus(t, first, jobsetv1alpha2.JobSetStatus{
+		TerminalState: string(jobsetv1alpha2.JobSetFailed),
+		Conditions: []metav1.Condition{
+			{Type: string(jobsetv1alpha2.JobSetSuspended), Status: metav1.ConditionTrue, Reason: "SuspendedJobs", Message: "jobset is suspended", LastTransitionTime: suspendedAt},
+			{Type: string(jobsetv1alpha2.JobSetFailed), Status: metav1.ConditionTrue, Reason: "FailJobSetFailurePolicyAction",
+				Message: "Container node for pod ns/p failed with exit code 143 matching FailJob rule at index 1", LastTransitionTime: suspendedAt},
+		},
+	})
+	again := waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
+		assert.NotEqual(c, first.UID, js.UID, "the JobSet that failed for its suspension was not made anew")
+	})
+	assert.Equal(t, ptr.To(true), again.Spec.Suspend)
+	assert.False(t, apimeta.IsStatusConditionTrue(got(t, tj).Status.Conditions, trainer.TrainJobFailed), "the suspension failed the TrainJob")
+
+	updateTrainJob(t, tj, func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) })
+	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) { assert.Equal(c, ptr.To(false), js.Spec.Suspend) })
+	assert.False(t, apimeta.IsStatusConditionTrue(got(t, tj).Status.Conditions, trainer.TrainJobFailed))
+
+	// One that failed while it ran, and was suspended after, is the training's failure.
+	other := utiltesting.MakeTrainJob("failed", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).Obj()
+	require.NoError(t, k8sClient.Create(ctx, other))
+	js := waitForJobSet(t, other, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	failedAt := metav1.Now()
+	setJobSetStatus(t, js, jobsetv1alpha2.JobSetStatus{
+		TerminalState: string(jobsetv1alpha2.JobSetFailed),
+		Conditions: []metav1.Condition{{Type: string(jobsetv1alpha2.JobSetFailed), Status: metav1.ConditionTrue, Reason: "FailedJobs",
+			Message: "jobset failed due to one or more job failures", LastTransitionTime: failedAt}},
+	})
+	waitForTrainJob(t, other, func(c *assert.CollectT, tj *trainer.TrainJob) {
+		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, "FailedJobs")
+	})
 }

@@ -18,6 +18,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	utiltesting "github.com/trainjob/operator/internal/testing"
+	"github.com/trainjob/operator/test/testenv"
 )
 
 // Each runtime patch gets the time it was written, as upstream Kubeflow Trainer's webhook stamps
@@ -143,7 +144,11 @@ func TestWhatUpstreamsSchemaAcceptsIsAccepted(t *testing.T) {
 	source := strings.Repeat("x = 1\n", 1<<20/6) // about 1 MiB of a training function's source
 	tj := utiltesting.MakeTrainJob("sdk", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi").
 		Trainer(&trainer.Trainer{Args: []string{source}}).Obj()
-	require.NoError(t, k8sClient.Create(ctx, tj))
+	warned, collected, err := testenv.ClientWithWarnings(restCfg)
+	require.NoError(t, err)
+	require.NoError(t, warned.Create(ctx, tj))
+	assert.Equal(t, []string{"spec.trainer.args[0]: 1023 KiB: Linux starts no process with an argument of 128 KiB or more (MAX_ARG_STRLEN): the container would fail to start; pass it in a file or a volume"},
+		collected.Texts(), "accepted, as upstream accepts it, with a warning")
 	utiltesting.WaitFor(t, k8sClient, utiltesting.Polling{Timeout: timeout, Interval: interval}, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{},
 		func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
 			c0 := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0]
@@ -153,7 +158,7 @@ func TestWhatUpstreamsSchemaAcceptsIsAccepted(t *testing.T) {
 
 	tooLarge := utiltesting.MakeTrainJob("too-large", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi").
 		Trainer(&trainer.Trainer{Args: []string{source[:720<<10], source[:720<<10]}}).Obj()
-	err := k8sClient.Create(ctx, tooLarge)
+	err = k8sClient.Create(ctx, tooLarge)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `spec.trainer.args: Invalid value: "1440 KiB": the JobSet built from it would take`)
 	tooLong := utiltesting.MakeTrainJob("too-long", ns).RuntimeRef(trainer.TrainingRuntimeKind, "mpi").
