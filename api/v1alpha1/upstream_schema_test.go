@@ -99,8 +99,14 @@ func TestEveryDifferenceFromUpstreamsSchemaIsExplained(t *testing.T) {
 	// A field upstream lacks is not a value it accepts, but its users should still learn of it.
 	compatibility := string(doc)[strings.Index(string(doc), "## Compatibility with upstream"):]
 	for _, path := range slices.Sorted(maps.Keys(onlyOurs)) {
-		name := path[strings.LastIndex(path, ".")+1:]
-		assert.Regexp(t, "`[^`]*\\b"+regexp.QuoteMeta(name)+"\\b[^`]*`", compatibility,
+		// The field with its parent (`torch.elasticPolicy`, `trainer.elasticPolicy`), or alone for
+		// a field of spec (`runPolicy`), in a code span.
+		parts := strings.Split(path[strings.Index(path, " ")+1:], ".")
+		span := "`(?:[^`]*[^.\\w`])?(?:spec\\.)?" + regexp.QuoteMeta(parts[len(parts)-1]) + "\\b[^`]*`"
+		if parent := parts[len(parts)-2]; parent != "spec" {
+			span = "`[^`]*" + regexp.QuoteMeta(strings.TrimSuffix(parent, "[]")) + "(?:\\[\\])?\\." + regexp.QuoteMeta(parts[len(parts)-1]) + "\\b[^`]*`"
+		}
+		assert.Regexp(t, span, compatibility,
 			"docs/api.md's compatibility section does not name `%s`, which upstream %s does not have", path, upstreamRelease)
 	}
 }
