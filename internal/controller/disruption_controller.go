@@ -27,6 +27,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/gang"
 )
 
 // disruptionController names the disruption controller and its field manager.
@@ -154,12 +155,7 @@ func (r *DisruptionReconciler) budget(ctx context.Context, tj *trainer.TrainJob)
 // isGang reports whether the TrainJob ran with a gang policy: its runtime as its first JobSet
 // was built from it (status.runtimeSnapshot), for the gang of a running TrainJob.
 func isGang(tj *trainer.TrainJob) bool {
-	snap := tj.Status.RuntimeSnapshot
-	if snap == nil || snap.PodGroupPolicy == nil {
-		return false
-	}
-	p := snap.PodGroupPolicy
-	return p.Coscheduling != nil || p.Volcano != nil || p.KAIScheduler != nil
+	return tj.Status.RuntimeSnapshot != nil && gang.Ganged(tj.Status.RuntimeSnapshot.PodGroupPolicy)
 }
 
 // setupDisruption registers the disruption controller: it sees the gang TrainJobs (their

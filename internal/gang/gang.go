@@ -50,6 +50,11 @@ func scheduleTimeout(policy *trainer.CoschedulingPodGroupPolicySource) int32 {
 	return DefaultScheduleTimeoutSeconds
 }
 
+// Ganged reports whether the policy asks for gang scheduling, by any of its schedulers.
+func Ganged(policy *trainer.PodGroupPolicy) bool {
+	return policy != nil && (policy.Coscheduling != nil || policy.Volcano != nil || policy.KAIScheduler != nil)
+}
+
 // NeedsPodGroup reports whether the policy needs a PodGroup the operator writes: Coscheduling's or
 // Volcano's, not KAI's, whose PodGroup KAI makes.
 func NeedsPodGroup(policy *trainer.PodGroupPolicy) bool {

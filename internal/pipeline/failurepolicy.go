@@ -42,7 +42,7 @@ const (
 // needs the pods' restartPolicy to be Never: a failed pod is replaced, not restarted in place.
 func applyFailurePolicy(b *framework.Draft) error {
 	var maxRestarts *int32
-	policy := trainerRunPolicy(b.Runtime.Spec)
+	policy := runtimeFailurePolicy(b.Runtime.Spec)
 	if policy != nil {
 		maxRestarts = policy.MaxRestarts
 	}
@@ -66,12 +66,6 @@ func applyFailurePolicy(b *framework.Draft) error {
 	if err := checkFailurePolicyRules(b, policy.Rules); err != nil {
 		return err
 	}
-	var training []string
-	for i := range js.ReplicatedJobs {
-		if job := &js.ReplicatedJobs[i]; !trainer.IsInitializer(job) {
-			training = append(training, job.Name)
-		}
-	}
 	// An elastic training replaces a pod its node or a preemption took and goes on at the size
 	// it has (torchrun's rendezvous lets it back in): Ignore, which does not count it. Any other
 	// restarts as a whole, without spending a restart.
@@ -83,13 +77,7 @@ func applyFailurePolicy(b *framework.Draft) error {
 		Action:          disrupted,
 		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 	}}
-	// The rules apply to the training jobs' failures alone: an initializer's own pod failure
-	// policy is the runtime's, and its failure the template's rules say.
-	jobSetRules := []jobsetv1alpha2.FailurePolicyRule{{
-		Name: DisruptedRuleName, Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts, TargetReplicatedJobs: training,
-		OnJobFailureReasons: []string{jobFailureReason}, OnJobFailureMessagePatterns: []string{fmt.Sprintf(jobFailureMessage, 0)},
-	}}
-	for i, rule := range policy.Rules {
+	for _, rule := range policy.Rules {
 		podRule := batchv1.PodFailurePolicyRule{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: rule.OnExitCodes.DeepCopy()}
 		for _, c := range rule.OnPodConditions {
 			if c.Status == "" {
@@ -98,23 +86,30 @@ func applyFailurePolicy(b *framework.Draft) error {
 			podRule.OnPodConditions = append(podRule.OnPodConditions, c)
 		}
 		podRules = append(podRules, podRule)
-		jobSetRules = append(jobSetRules, jobsetv1alpha2.FailurePolicyRule{
-			Name: fmt.Sprintf("%s%d", FailurePolicyRuleName, i), Action: jobSetAction(rule.Action), TargetReplicatedJobs: slices.Clone(training),
-			OnJobFailureReasons: []string{jobFailureReason}, OnJobFailureMessagePatterns: []string{fmt.Sprintf(jobFailureMessage, i+1)},
-		})
 	}
-	for i := range js.ReplicatedJobs {
+	var training []string
+	for _, i := range trainingJobs(b) {
 		job := &js.ReplicatedJobs[i]
-		if trainer.IsInitializer(job) {
-			continue
-		}
 		spec := &job.Template.Spec
 		if spec.PodFailurePolicy != nil {
 			return b.RuntimeError(field.Forbidden(framework.RuntimeJobsPath.Index(i).Child("template", "spec", "podFailurePolicy"),
 				"a runtime with runPolicy.failurePolicy may not set its training jobs' own pod failure policy: the operator builds it from the failure policy's rules"))
 		}
-		spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: forJob(podRules, &spec.Template.Spec)}
+		spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: forJob(b, i, podRules)}
 		spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+		training = append(training, job.Name)
+	}
+	// The rules apply to the training jobs' failures alone: an initializer's own pod failure
+	// policy is the runtime's, and its failure the template's rules say.
+	jobSetRules := []jobsetv1alpha2.FailurePolicyRule{{
+		Name: DisruptedRuleName, Action: jobsetv1alpha2.RestartJobSetAndIgnoreMaxRestarts, TargetReplicatedJobs: training,
+		OnJobFailureReasons: []string{jobFailureReason}, OnJobFailureMessagePatterns: []string{fmt.Sprintf(jobFailureMessage, 0)},
+	}}
+	for i, rule := range policy.Rules {
+		jobSetRules = append(jobSetRules, jobsetv1alpha2.FailurePolicyRule{
+			Name: fmt.Sprintf("%s%d", FailurePolicyRuleName, i), Action: jobSetAction(rule.Action), TargetReplicatedJobs: slices.Clone(training),
+			OnJobFailureReasons: []string{jobFailureReason}, OnJobFailureMessagePatterns: []string{fmt.Sprintf(jobFailureMessage, i+1)},
+		})
 	}
 	js.FailurePolicy.Rules = append(jobSetRules, js.FailurePolicy.Rules...)
 	return nil
@@ -139,8 +134,9 @@ func checkFailurePolicyRules(b *framework.Draft, rules []trainer.FailurePolicyRu
 			case codes.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn && slices.Contains(codes.Values, 0):
 				return b.RuntimeError(field.Invalid(p.Child("values"), codes.Values, "0 is a success: it may not fail a pod with operator In"))
 			}
-			if codes.ContainerName != nil && !slices.ContainsFunc(b.JobSet.Spec.ReplicatedJobs, func(j jobsetv1alpha2.ReplicatedJob) bool {
-				return !trainer.IsInitializer(&j) && hasContainer(&j.Template.Spec.Template.Spec, *codes.ContainerName)
+			if codes.ContainerName != nil && !slices.ContainsFunc(trainingJobs(b), func(j int) bool {
+				_, ok := b.ContainerNamed(j, *codes.ContainerName)
+				return ok
 			}) {
 				return b.RuntimeError(field.Invalid(p.Child("containerName"), *codes.ContainerName, "no training job has a container of that name"))
 			}
@@ -166,28 +162,36 @@ func checkFailurePolicyRules(b *framework.Draft, rules []trainer.FailurePolicyRu
 // has the same index in every training job's policy (the JobSet's rules match by it).
 const neverMet = "trainer.kubeflow.org/NotThisJobsContainer"
 
-// forJob is the pod failure policy rules for a job of this pod: each rule that names a container
-// the pod lacks never met.
-func forJob(rules []batchv1.PodFailurePolicyRule, pod *corev1.PodSpec) []batchv1.PodFailurePolicyRule {
+// forJob is the pod failure policy rules for the replicated job of index job: each rule that
+// names a container its pods lack never met.
+func forJob(b *framework.Draft, job int, rules []batchv1.PodFailurePolicyRule) []batchv1.PodFailurePolicyRule {
 	out := make([]batchv1.PodFailurePolicyRule, len(rules))
 	for i, r := range rules {
 		out[i] = *r.DeepCopy()
-		if c := r.OnExitCodes; c != nil && c.ContainerName != nil && !hasContainer(pod, *c.ContainerName) {
-			out[i].OnExitCodes = nil
-			out[i].OnPodConditions = []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: neverMet, Status: corev1.ConditionTrue}}
+		if c := r.OnExitCodes; c != nil && c.ContainerName != nil {
+			if _, ok := b.ContainerNamed(job, *c.ContainerName); !ok {
+				out[i].OnExitCodes = nil
+				out[i].OnPodConditions = []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: neverMet, Status: corev1.ConditionTrue}}
+			}
 		}
 	}
 	return out
 }
 
-// hasContainer reports whether a pod has a container, or an init container, of the name.
-func hasContainer(pod *corev1.PodSpec, name string) bool {
-	named := func(c corev1.Container) bool { return c.Name == name }
-	return slices.ContainsFunc(pod.Containers, named) || slices.ContainsFunc(pod.InitContainers, named)
+// trainingJobs are the indexes of the JobSet's training jobs: every replicated job but the
+// initializers.
+func trainingJobs(b *framework.Draft) []int {
+	var jobs []int
+	for i := range b.JobSet.Spec.ReplicatedJobs {
+		if !trainer.IsInitializer(&b.JobSet.Spec.ReplicatedJobs[i]) {
+			jobs = append(jobs, i)
+		}
+	}
+	return jobs
 }
 
-// trainerRunPolicy is a runtime's runPolicy.failurePolicy, or nil.
-func trainerRunPolicy(spec *trainer.TrainingRuntimeSpec) *trainer.FailurePolicy {
+// runtimeFailurePolicy is a runtime's runPolicy.failurePolicy, or nil.
+func runtimeFailurePolicy(spec *trainer.TrainingRuntimeSpec) *trainer.FailurePolicy {
 	if spec.RunPolicy == nil {
 		return nil
 	}
