@@ -21,6 +21,7 @@ func FuzzHostfile(f *testing.F) {
 	f.Add("mnist", uint16(2), int32(4), "OpenMPI", false)
 	f.Add("mnist", uint16(3), int32(2), "Intel", true)
 	f.Add("a", uint16(1), int32(1), "MPICH", true)
+	f.Add("0", uint16(0), int32(1), "", false) // Upstream's schema allows "": OpenMPI.
 	f.Add("deepspeed-llm", uint16(5000), int32(8), "OpenMPI", true)
 	f.Fuzz(func(t *testing.T, name string, nodes uint16, slots int32, impl string, launcherAsNode bool) {
 		numNodes := int32(nodes%5000) + 1
@@ -47,7 +48,7 @@ func FuzzHostfile(f *testing.F) {
 			t.Fatalf("%d nodes, but the hostfile has %d lines:\n%s", numNodes, len(lines), hostfile)
 		}
 		suffix := fmt.Sprintf(":%d", slots)
-		if trainer.MPIImplementation(impl) == trainer.MPIImplementationOpenMPI {
+		if impl == "" || trainer.MPIImplementation(impl) == DefaultMPIImplementation { // "" is the default.
 			suffix = fmt.Sprintf(" slots=%d", slots)
 		}
 		seen := map[string]bool{}
