@@ -109,7 +109,7 @@ PREVIOUS ?= HEAD~1
 PREVIOUS_IMG = localcluster.local/trainjob-operator:previous
 
 .PHONY: test-e2e
-test-e2e: localcluster-assets realnode-assets helm ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one; then the operator installed there from its image (kustomize and Helm).
+test-e2e: localcluster-assets realnode-assets helm upstream-e2e ## Run the end-to-end tests in a local cluster: JobSet, Jobs, a gang scheduler, fake nodes and a real one; then the operator installed there from its image (kustomize and Helm).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/ -count=1 -timeout 30m $(E2E_ARGS)
 	$(MAKE) --no-print-directory image IMG=$(LOCAL_IMG) MANAGER_IMAGE=$(LOCAL_IMAGE_ARCHIVE)
 	$(MAKE) --no-print-directory previous-release

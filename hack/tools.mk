@@ -30,6 +30,8 @@ JOBSET_VERSION ?= v0.12.0
 SCHEDULER_PLUGINS_VERSION ?= v0.34.7
 KUEUE_VERSION ?= v0.17.0
 METRICS_SERVER_VERSION ?= v0.8.0
+## Upstream Kubeflow Trainer's release whose own e2e suite test/e2e runs (hack/tools/upstream-e2e).
+UPSTREAM_E2E_VERSION ?= v2.3.0
 HELM_VERSION ?= v3.22.0
 ## The Kubernetes version helm assumes when it renders without a cluster (`helm template`,
 ## .Capabilities.KubeVersion): its client-go's, v0.37 for helm v3.22, as its own release build stamps.
@@ -64,6 +66,7 @@ KUEUE ?= $(LOCALBIN)/kueue
 METRICS_SERVER ?= $(LOCALBIN)/metrics-server
 PROMTOOL ?= $(LOCALBIN)/promtool
 MONITORING_CHECK ?= $(LOCALBIN)/monitoring-check
+UPSTREAM_E2E ?= $(LOCALBIN)/upstream-e2e.test
 # Folder for KUBEBUILDER_ASSETS: etcd, kube-apiserver and kubectl side by side.
 ENVTEST_ASSETS ?= $(LOCALBIN)
 
@@ -87,7 +90,7 @@ step = $(BUILDSTEP) -bin $(LOCALBIN) $(1) --
 ##@ Tools (built into bin/ from the Go module proxy; skipped when up to date)
 
 .PHONY: controller-gen kustomize helm etcd kube-apiserver kubectl kube-controller-manager envtest-assets localcluster-assets
-.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server monitoring-tools buildstep cluster-essential
+.PHONY: jobset-controller scheduler-plugins kwok kueue metrics-server monitoring-tools upstream-e2e buildstep cluster-essential
 buildstep: $(BUILDSTEP) ## Build hack/buildstep, which builds each program with one line of progress.
 controller-gen: $(CONTROLLER_GEN) ## Build controller-gen.
 kustomize: $(KUSTOMIZE) ## Build kustomize.
@@ -100,6 +103,7 @@ jobset-controller: $(JOBSET_CONTROLLER) ## Build the JobSet controller (local cl
 scheduler-plugins: $(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER) ## Build the scheduler-plugins scheduler and controller (local cluster).
 kwok: $(KWOK) ## Build KWOK (local cluster).
 kueue: $(KUEUE) ## Build Kueue (local cluster).
+upstream-e2e: $(UPSTREAM_E2E) ## Build upstream Kubeflow Trainer's own e2e suite (UPSTREAM_E2E_VERSION), which make test-e2e runs in the local cluster.
 metrics-server: $(METRICS_SERVER) ## Build metrics-server (local cluster: metrics.k8s.io for the HPA and kubectl top).
 monitoring-tools: $(PROMTOOL) $(MONITORING_CHECK) ## Build promtool and monitoring-check (make test-monitoring).
 envtest-assets: $(ETCD) $(KUBE_APISERVER) $(KUBECTL) ## Build etcd, kube-apiserver and kubectl for KUBEBUILDER_ASSETS.
@@ -217,6 +221,17 @@ $(KUEUE): export GONOSUMDB = sigs.k8s.io/kueue,github.com/kubeflow
 $(KUEUE): $(KUEUE_MOD)/go.mod $(KUEUE_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(KUEUE_MOD),sigs.k8s.io/kueue,$(KUEUE_VERSION))
 	$(call go-build-programs,$(KUEUE_MOD),-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(KUEUE_VERSION),kueue=sigs.k8s.io/kueue/cmd/kueue)
+
+## Upstream Trainer's e2e suite, its test/e2e package compiled unmodified (go test -c) into a test
+## binary that test/e2e runs against the local cluster. The checksum database has no entry for
+## the Trainer module; go.sum holds its hashes.
+UPSTREAM_E2E_MOD := $(TOOLS_MOD_DIR)/upstream-e2e
+$(UPSTREAM_E2E): export GONOSUMDB = github.com/kubeflow
+$(UPSTREAM_E2E): $(UPSTREAM_E2E_MOD)/go.mod $(UPSTREAM_E2E_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
+	$(call check-mod-version,$(UPSTREAM_E2E_MOD),github.com/kubeflow/trainer/v2,$(UPSTREAM_E2E_VERSION))
+	@cd $(UPSTREAM_E2E_MOD) && GOWORK=off CGO_ENABLED=0 $(call step,upstream-e2e.test) \
+	  $(GO) test -c -trimpath -o $(abspath $@).tmp github.com/kubeflow/trainer/v2/test/e2e
+	@mv $@.tmp $@
 
 ## metrics-server needs Kubernetes 1.33 (k8s.io/* v0.33.2 in its go.mod, no replace directives).
 ## Stamped as its own release build is: client-go's version is metrics-server's.

@@ -134,7 +134,8 @@ func (r *TrainJobReconciler) forget(key types.NamespacedName) {
 
 // followFinished keeps a finished TrainJob's jobsStatus and READY in step with its JobSet, whose
 // Jobs may still wind down after its terminal state (MPI's workers stop after the launcher
-// succeeded). Nothing else of it changes: its conditions and children are final.
+// succeeded), and deletes the JobSet of one the operator stopped. Nothing else of it changes: its
+// conditions are final.
 func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	if err := r.autoscale(ctx, tj); err != nil {
 		return ctrl.Result{}, err
@@ -142,6 +143,9 @@ func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.Tra
 	js, err := r.jobSet(ctx, tj)
 	if err != nil || js == nil || !metav1.IsControlledBy(js, tj) {
 		return ctrl.Result{}, err
+	}
+	if stoppedByTheOperator(tj) {
+		return ctrl.Result{}, r.deleteStoppedJobSet(ctx, js)
 	}
 	before := tj.Status.DeepCopy()
 	setJobSetCounts(tj, js)

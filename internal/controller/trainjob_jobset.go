@@ -34,8 +34,9 @@ func (r *TrainJobReconciler) setJobSetSuspend(ctx context.Context, js *jobsetv1a
 }
 
 // stopAndFail fails the TrainJob for reason after suspending its JobSet, if it has one: a
-// TrainJob is never Failed, and so final, with its pods still running. The JobSet's Jobs stay to
-// be read.
+// TrainJob is never Failed, and so final, with its pods still running. Once the status says why
+// (the reconcile's write), the JobSet is deleted (deleteStoppedJobSet), as upstream deletes it at
+// the deadline.
 func (r *TrainJobReconciler) stopAndFail(ctx context.Context, tj *trainer.TrainJob, js *jobsetv1alpha2.JobSet, reason, message string) error {
 	if js != nil {
 		if err := r.setJobSetSuspend(ctx, js, true); err != nil {
@@ -44,6 +45,29 @@ func (r *TrainJobReconciler) stopAndFail(ctx context.Context, tj *trainer.TrainJ
 	}
 	setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, reason, message)
 	setRunning(tj, 0, 0)
+	return nil
+}
+
+// stoppedByTheOperator says whether the operator failed the TrainJob itself, stopping its pods
+// (stopAndFail): its deadline passed, or it stalled under a Fail stall policy.
+func stoppedByTheOperator(tj *trainer.TrainJob) bool {
+	failed := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed)
+	return failed != nil && failed.Status == metav1.ConditionTrue &&
+		(failed.Reason == trainer.TrainJobDeadlineExceededReason || failed.Reason == trainer.TrainJobProgressDeadlineExceededReason)
+}
+
+// deleteStoppedJobSet deletes the JobSet of a TrainJob the operator stopped, now that its status
+// holds the failure and its cause: upstream deletes it at the deadline, and its e2e tests wait
+// for that. Only that JobSet, by its UID; its Jobs and pods go with it (background deletion).
+func (r *TrainJobReconciler) deleteStoppedJobSet(ctx context.Context, js *jobsetv1alpha2.JobSet) error {
+	if js.DeletionTimestamp != nil {
+		return nil
+	}
+	err := r.client.Delete(ctx, js, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &js.UID})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting JobSet %s of the stopped TrainJob: %w", klog.KObj(js), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted the JobSet of the TrainJob the operator stopped", "jobSet", klog.KObj(js))
 	return nil
 }
 

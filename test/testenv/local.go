@@ -394,7 +394,7 @@ profiles:
 
 // kwokStages returns KWOK's configuration: the stages its fake nodes and pods go through. A node
 // is Ready at once. A pod bound to a node runs at once (or after its StartAfterAnnotation), and a
-// pod of a Job ends after runFor (or its RunForAnnotation): Failed with exit code 1 when its
+// pod of a Job ends after runFor (or its RunForAnnotation, or the seconds its command only sleeps): Failed with exit code 1 when its
 // FailAnnotation is "true", else Succeeded. A deleted pod is stopped (Failed, exit code 137, as
 // a kubelet that killed it says), then removed once nothing holds it by a finalizer.
 func kwokStages(runFor time.Duration) string {
@@ -414,7 +414,7 @@ func kwokStages(runFor time.Duration) string {
   delay:
     durationMilliseconds: $RUN_FOR_MS
     durationFrom:
-      expressionFrom: '.metadata.annotations["$RUN_FOR"]'`
+      expressionFrom: '.metadata.annotations["$RUN_FOR"] // $SLEEP'`
 	stages := []string{
 		nodeReadyStage,
 		podStartStage,
@@ -443,10 +443,18 @@ func kwokStages(runFor time.Duration) string {
 	return strings.NewReplacer(
 		"$RUN_FOR_MS", strconv.FormatInt(runFor.Milliseconds(), 10),
 		"$RUN_FOR", RunForAnnotation,
+		"$SLEEP", sleepSeconds,
 		"$START_AFTER", StartAfterAnnotation,
 		"$FAIL", FailAnnotation,
 	).Replace(strings.Join(stages, "---\n"))
 }
+
+// sleepSeconds is the run time, as KWOK reads a duration, of a pod whose container's whole command
+// is a sleep of whole seconds (`sleep 600`, `/bin/sh -c "sleep 600"`): a real one would run that
+// long, and upstream's e2e tests give one a deadline to pass. A jq expression (gojq, as KWOK
+// evaluates them); null for any other pod.
+const sleepSeconds = `([.spec.containers[] | ((.command // []) + (.args // [])) | join(" ") | ` +
+	`capture("^((/bin/)?sh -c )?sleep (?<s>[0-9]+)$") | .s + "s"] | first)`
 
 // podEndStage is a stage that ends the run of the pods that match: after delay, their containers
 // terminate with exitCode and reason, and the pod goes to phase. An eviction, the kubelet's doing

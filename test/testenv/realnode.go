@@ -281,6 +281,17 @@ func removeContainers(socket, dir string) {
 	}
 }
 
+// TagRealNodeImage gives an image the real node holds a second name, as `kind load` puts an image
+// under its name into a kind node's containerd: a pod that asks for it by that name runs it
+// without pulling (a tag other than latest, so pulled only if not present).
+func (c *Cluster) TagRealNodeImage(image, as string) error {
+	socket := filepath.Join(c.Dir, "real-node", "containerd.sock")
+	if err := ctr(socket, "images", "tag", "--force", image, as); err != nil {
+		return fmt.Errorf("naming the real node's image %s %s: %w", image, as, err)
+	}
+	return nil
+}
+
 // ctr runs containerd's client against the real node's containerd, in the namespace of its
 // Kubernetes containers.
 func ctr(socket string, args ...string) error {

@@ -72,7 +72,7 @@ func stallMetric(t *testing.T, name string, labels map[string]string) float64 {
 }
 
 // A trainer that reports, then stops, while every pod runs: once its runtime's deadline passed
-// since the report, the TrainJob is Stalled and Failed, its JobSet suspended first. A TrainJob of
+// since the report, the TrainJob is Stalled and Failed, its JobSet suspended first and deleted once the status says so. A TrainJob of
 // the same runtime whose trainer never reports runs on.
 func TestAStalledTrainJobFails(t *testing.T) {
 	ns := newNamespace(t)
@@ -91,9 +91,7 @@ func TestAStalledTrainJobFails(t *testing.T) {
 	assert.Contains(t, failed.Message, `TrainingRuntime "stalls" stallPolicy.progressDeadlineSeconds (2s)`)
 	assert.Contains(t, failed.Message, "its last progress was at "+stalled.Status.LastProgressTime.UTC().Format(time.RFC3339))
 	assert.Equal(t, trainer.TrainJobFailed, stalled.Status.State)
-	waitForJobSet(t, tj, func(c *assert.CollectT, js *jobsetv1alpha2.JobSet) {
-		assert.Equal(c, ptr.To(true), js.Spec.Suspend, "the pods of a TrainJob failed for a stall run on")
-	})
+	waitForJobSetGone(t, tj, "the JobSet of a TrainJob failed for a stall, and so its pods, stayed")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Subset(c, eventReasons(t, stalled), []string{"Warning/ProgressDeadlineExceeded"})
 	}, timeout, interval)

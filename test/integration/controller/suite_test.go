@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,6 +122,14 @@ func waitForTrainJob(t *testing.T, tj *trainer.TrainJob, check func(c *assert.Co
 func waitForJobSet(t *testing.T, tj *trainer.TrainJob, check func(c *assert.CollectT, js *jobsetv1alpha2.JobSet)) *jobsetv1alpha2.JobSet {
 	t.Helper()
 	return utiltesting.WaitFor(t, k8sClient, polling, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}, check)
+}
+
+// waitForJobSetGone waits for the TrainJob's JobSet to be deleted.
+func waitForJobSetGone(t *testing.T, tj *trainer.TrainJob, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{}))
+	}, timeout, interval, why)
 }
 
 // eventReasons lists the type and reason of each event about an object.

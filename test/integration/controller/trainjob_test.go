@@ -474,6 +474,9 @@ func squat(t *testing.T, ns, runtime, name string, labels map[string]string) (*j
 	})
 	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobCreated).Message,
 		fmt.Sprintf("JobSet %q exists and is not this TrainJob's", name))
+	require.Never(t, func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), &jobsetv1alpha2.JobSet{}))
+	}, 2*time.Second, interval, "the JobSet that is not the TrainJob's was deleted at its deadline")
 	after := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), after))
 	assert.Empty(t, after.OwnerReferences, "the JobSet was taken over")
@@ -734,6 +737,9 @@ func TestADeadlineHoldsWhileAForeignJobSetIsInTheWay(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason)
 	})
 	assert.Contains(t, apimeta.FindStatusCondition(got.Status.Conditions, trainer.TrainJobFailed).Message, `waiting for JobSet "late", which is not its own: it never ran`)
+	require.Never(t, func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), &jobsetv1alpha2.JobSet{}))
+	}, 2*time.Second, interval, "the JobSet that is not the TrainJob's was deleted at its deadline")
 	after := &jobsetv1alpha2.JobSet{}
 	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(squatter), after))
 	assert.Equal(t, squatter.Generation, after.Generation, "the JobSet that is not the TrainJob's was changed")

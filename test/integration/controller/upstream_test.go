@@ -81,6 +81,8 @@ func TestUpstreamConditionsKeepTheDeadlineFromTheResume(t *testing.T) {
 		conditionIs(c, tj, trainer.TrainJobFailed, metav1.ConditionTrue, trainer.TrainJobDeadlineExceededReason)
 	})
 	assert.GreaterOrEqual(t, time.Since(resumed), 2*time.Second, "it failed before its deadline from the resume: %v", got.Status.Conditions)
+	// As upstream's: the JobSet is deleted at the deadline, after the status says so.
+	waitForJobSetGone(t, tj, "the JobSet of a TrainJob past its deadline stayed")
 }
 
 // TestAnUpgradeKeepsTheClockOfAResumedTrainJob resumes a TrainJob past its deadline's length of
