@@ -27,7 +27,6 @@ import (
 // entries (a ClusterTrainingRuntime and a TrainingRuntime).
 const upstreamSpecs = 12
 
-
 // TestUpstreamsOwnE2ESuite runs upstream Kubeflow Trainer's own e2e suite, its test/e2e package
 // compiled unmodified (bin/upstream-e2e.test, make upstream-e2e), against this cluster, the
 // operator and its shipped runtimes, as upstream runs it against kind: every spec passes.
