@@ -116,10 +116,10 @@ test-e2e: localcluster-assets realnode-assets helm upstream-e2e ## Run the end-t
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./test/e2e/installed/ -count=1 -timeout 20m $(E2E_ARGS)
 
 .PHONY: upstream-crds
-upstream-crds: ## Write upstream Kubeflow Trainer's CRDs at release UPSTREAM_TRAINER (v2.2.0), without their descriptions, into api/v1alpha1/testdata/upstream: the schema test explains each difference from ours (docs/api.md).
-	GONOSUMDB=github.com/kubeflow $(GO) run ./hack/upstreamcrds -version $(UPSTREAM_TRAINER) -out api/v1alpha1/testdata/upstream/$(UPSTREAM_TRAINER)
+upstream-crds: ## Write upstream Kubeflow Trainer's CRDs at each release of UPSTREAM_TRAINER (v2.2.0 v2.3.0), without their descriptions, into api/v1alpha1/testdata/upstream: the schema test explains each difference from ours (docs/api.md).
+	$(foreach release,$(UPSTREAM_TRAINER),GONOSUMDB=github.com/kubeflow $(GO) run ./hack/upstreamcrds -version $(release) -out api/v1alpha1/testdata/upstream/$(release) &&) true
 
-UPSTREAM_TRAINER ?= v2.2.0
+UPSTREAM_TRAINER ?= v2.2.0 v2.3.0
 
 .PHONY: previous-release
 previous-release: $(IMAGES_TOOL) ## Write the release test/e2e/installed upgrades from: commit PREVIOUS (HEAD~1) in bin/previous, its image in bin/images/previous-manager.tar.

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// upstreamRelease is the release of upstream Kubeflow Trainer whose CRDs testdata/upstream holds
-// (make upstream-crds writes them).
-const upstreamRelease = "v2.2.0"
+// upstreamReleases are the releases of upstream Kubeflow Trainer whose CRDs testdata/upstream
+// holds (make upstream-crds writes them): the API accepts what each accepts.
+var upstreamReleases = []string{"v2.2.0", "v2.3.0"}
 
 var update = flag.Bool("update", false, "write testdata/upstream's list of differences from the schemas as they are")
 
@@ -35,66 +35,45 @@ const upstreamSchemaSection = "### Where upstream's schema and this one differ"
 // runtimes' two kinds together (their schemas are the same). The status is this operator's to
 // write, and is left out.
 func TestEveryDifferenceFromUpstreamsSchemaIsExplained(t *testing.T) {
-	kinds := map[string][]string{ // as docs/api.md names them: their CRDs
-		"TrainJob": {"trainer.kubeflow.org_trainjobs.yaml"},
-		"runtime":  {"trainer.kubeflow.org_trainingruntimes.yaml", "trainer.kubeflow.org_clustertrainingruntimes.yaml"},
-	}
-	differ, onlyOurs := map[string][]string{}, map[string]bool{}
-	for _, kind := range slices.Sorted(maps.Keys(kinds)) {
-		var first map[string][]string
-		for _, file := range kinds[kind] {
-			upstream := openAPISchema(t, filepath.Join("testdata", "upstream", upstreamRelease, file))
-			ours := openAPISchema(t, filepath.Join("..", "..", "config", "crd", "bases", file))
-			d := schemaDiff{differ: map[string][]string{}, onlyOurs: map[string]bool{}}
-			d.compare("spec", upstream.Properties["spec"], ours.Properties["spec"])
-			if !slices.Equal(upstream.Required, ours.Required) {
-				d.differ["spec"] = append(d.differ["spec"], fmt.Sprintf("required at the top: %v upstream, %v here", upstream.Required, ours.Required))
-			}
-			if first == nil {
-				first = d.differ
-			} else {
-				assert.Equal(t, first, d.differ, "the runtimes' kinds differ from upstream's differently: %s", file)
-			}
-			for path, what := range d.differ {
-				differ[kind+" "+path] = what
-			}
-			for path := range d.onlyOurs {
-				onlyOurs[kind+" "+path] = true
+	// Each release's differences, by path; the fields only ours has, of any release.
+	differ, onlyOurs := map[string]map[string][]string{}, map[string]bool{}
+	for _, release := range upstreamReleases {
+		differ[release] = upstreamDifferences(t, release, onlyOurs)
+		require.NotEmpty(t, differ[release], "no difference from %s found at all: the comparison compares nothing", release)
+
+		// Each difference as it is, so that a change within a field already explained (a bound
+		// moved) fails too, and its row is read again.
+		var listed strings.Builder
+		for _, path := range slices.Sorted(maps.Keys(differ[release])) {
+			fmt.Fprintf(&listed, "%s\n", path)
+			for _, what := range differ[release][path] {
+				fmt.Fprintf(&listed, "\t%s\n", what)
 			}
 		}
-	}
-	require.NotEmpty(t, differ, "no difference found at all: the comparison compares nothing")
-
-	// Each difference as it is, so that a change within a field already explained (a bound moved)
-	// fails too, and its row is read again.
-	var listed strings.Builder
-	for _, path := range slices.Sorted(maps.Keys(differ)) {
-		fmt.Fprintf(&listed, "%s\n", path)
-		for _, what := range differ[path] {
-			fmt.Fprintf(&listed, "\t%s\n", what)
+		golden := filepath.Join("testdata", "upstream", release+"-differences.txt")
+		if *update {
+			require.NoError(t, os.WriteFile(golden, []byte(listed.String()), 0o644))
 		}
+		want, err := os.ReadFile(golden)
+		require.NoError(t, err)
+		assert.Equal(t, string(want), listed.String(),
+			"the schemas differ otherwise than %s says: check each changed field's row in docs/api.md, then write the file again (go test ./api/v1alpha1 -run %s -update)",
+			golden, t.Name())
 	}
-	golden := filepath.Join("testdata", "upstream", upstreamRelease+"-differences.txt")
-	if *update {
-		require.NoError(t, os.WriteFile(golden, []byte(listed.String()), 0o644))
-	}
-	want, err := os.ReadFile(golden)
-	var doc []byte
-	require.NoError(t, err)
-	assert.Equal(t, string(want), listed.String(),
-		"the schemas differ otherwise than %s says: check each changed field's row in docs/api.md, then write the file again (go test ./api/v1alpha1 -run %s -update)",
-		golden, t.Name())
 
-	doc, err = os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
 	require.NoError(t, err)
 	explained := explainedFields(t, string(doc))
-	for _, path := range slices.Sorted(maps.Keys(differ)) {
-		assert.True(t, explained[path], "docs/api.md's %q does not explain `%s`, whose schema differs from upstream %s's: %s",
-			upstreamSchemaSection, path, upstreamRelease, strings.Join(differ[path], "; "))
+	for _, release := range upstreamReleases {
+		for _, path := range slices.Sorted(maps.Keys(differ[release])) {
+			assert.True(t, explained[path], "docs/api.md's %q does not explain `%s`, whose schema differs from upstream %s's: %s",
+				upstreamSchemaSection, path, release, strings.Join(differ[release][path], "; "))
+		}
 	}
 	for _, path := range slices.Sorted(maps.Keys(explained)) {
-		assert.Contains(t, differ, path, "docs/api.md's %q explains `%s`, whose schema is now upstream %s's: take its row out",
-			upstreamSchemaSection, path, upstreamRelease)
+		assert.True(t, slices.ContainsFunc(upstreamReleases, func(release string) bool { return differ[release][path] != nil }),
+			"docs/api.md's %q explains `%s`, whose schema is now that of upstream %v: take its row out",
+			upstreamSchemaSection, path, upstreamReleases)
 	}
 	// A field upstream lacks is not a value it accepts, but its users should still learn of it.
 	compatibility := string(doc)[strings.Index(string(doc), "## Compatibility with upstream"):]
@@ -107,8 +86,43 @@ func TestEveryDifferenceFromUpstreamsSchemaIsExplained(t *testing.T) {
 			span = "`[^`]*" + regexp.QuoteMeta(strings.TrimSuffix(parent, "[]")) + "(?:\\[\\])?\\." + regexp.QuoteMeta(parts[len(parts)-1]) + "\\b[^`]*`"
 		}
 		assert.Regexp(t, span, compatibility,
-			"docs/api.md's compatibility section does not name `%s`, which upstream %s does not have", path, upstreamRelease)
+			"docs/api.md's compatibility section does not name `%s`, which upstream %v lacks", path, upstreamReleases)
 	}
+}
+
+// upstreamDifferences compares upstream release's CRDs with ours: how they differ, by kind (as
+// docs/api.md names them) and path, and into onlyOurs the fields only ours has.
+func upstreamDifferences(t *testing.T, release string, onlyOurs map[string]bool) map[string][]string {
+	t.Helper()
+	kinds := map[string][]string{ // as docs/api.md names them: their CRDs
+		"TrainJob": {"trainer.kubeflow.org_trainjobs.yaml"},
+		"runtime":  {"trainer.kubeflow.org_trainingruntimes.yaml", "trainer.kubeflow.org_clustertrainingruntimes.yaml"},
+	}
+	differ := map[string][]string{}
+	for _, kind := range slices.Sorted(maps.Keys(kinds)) {
+		var first map[string][]string
+		for _, file := range kinds[kind] {
+			upstream := openAPISchema(t, filepath.Join("testdata", "upstream", release, file))
+			ours := openAPISchema(t, filepath.Join("..", "..", "config", "crd", "bases", file))
+			d := schemaDiff{differ: map[string][]string{}, onlyOurs: map[string]bool{}}
+			d.compare("spec", upstream.Properties["spec"], ours.Properties["spec"])
+			if !slices.Equal(upstream.Required, ours.Required) {
+				d.differ["spec"] = append(d.differ["spec"], fmt.Sprintf("required at the top: %v upstream, %v here", upstream.Required, ours.Required))
+			}
+			if first == nil {
+				first = d.differ
+			} else {
+				assert.Equal(t, first, d.differ, "the runtimes' kinds differ from upstream %s's differently: %s", release, file)
+			}
+			for path, what := range d.differ {
+				differ[kind+" "+path] = what
+			}
+			for path := range d.onlyOurs {
+				onlyOurs[kind+" "+path] = true
+			}
+		}
+	}
+	return differ
 }
 
 // openAPISchema reads the openAPIV3Schema of a CRD's one version.
