@@ -543,7 +543,7 @@ type FluxMLPolicySource struct {
 
 // PodGroupPolicy turns on gang scheduling with one of the supported schedulers.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.coscheduling), has(self.volcano), has(self.kaiScheduler)].filter(x, x).size() <= 1",message="at most one of coscheduling, volcano and kaiScheduler may be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.coscheduling), has(self.volcano), has(self.kaiScheduler), has(self.workload)].filter(x, x).size() <= 1",message="at most one of coscheduling, volcano, kaiScheduler and workload may be set"
 type PodGroupPolicy struct {
 	PodGroupPolicySource `json:",inline"`
 }
@@ -563,7 +563,20 @@ type PodGroupPolicySource struct {
 	// KAI's pod-grouper creates the PodGroup.
 	// +optional
 	KAIScheduler *KAISchedulerPodGroupPolicySource `json:"kaiScheduler,omitempty"`
+
+	// Workload uses Kubernetes' own gang scheduling (KEP-4671, alpha in Kubernetes 1.35 and
+	// 1.36): the operator creates a scheduling.k8s.io/v1alpha2 Workload and PodGroup, and the
+	// gang's pods name the PodGroup in spec.schedulingGroup, for the kube-scheduler's
+	// GangScheduling plugin. The cluster needs the GenericWorkload and GangScheduling feature
+	// gates on (API server and scheduler) and the scheduling.k8s.io/v1alpha2 API served.
+	// +optional
+	Workload *WorkloadPodGroupPolicySource `json:"workload,omitempty"`
 }
+
+// WorkloadPodGroupPolicySource configures Kubernetes' own gang scheduling (upstream Kubeflow
+// Trainer's KEP-3015). It has no fields yet: the gang's minCount is every pod of the training
+// that must run at once, as the other schedulers' minMember.
+type WorkloadPodGroupPolicySource struct{}
 
 // CoschedulingPodGroupPolicySource configures the Coscheduling PodGroup. Its minMember is every pod
 // that must run at once.

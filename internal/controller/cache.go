@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,9 +29,10 @@ import (
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
-// podGroupKinds are the PodGroups the gang controller writes. Their CRDs may be missing.
+// podGroupKinds are the PodGroups the gang controller writes. Their CRDs may be missing, and
+// Kubernetes' own (scheduling.k8s.io/v1alpha2) is served only with its alpha API on.
 func podGroupKinds() []client.Object {
-	return []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}}
+	return []client.Object{&schedulerpluginsv1alpha1.PodGroup{}, &volcanov1beta1.PodGroup{}, &schedulingv1alpha2.PodGroup{}}
 }
 
 // CacheOptions keep the manager's cache to what the controllers read, so that its memory grows

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +54,8 @@ const refusedRetry = 10 * time.Second
 
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=workloads,verbs=get;create;patch;delete
 
 // Reconcile writes a TrainJob's PodGroup, sized from the JobSet the TrainJob builds. Missing CRDs
 // are reported by the framework controller, in the TrainJob's status; so are a TrainJob that
@@ -116,6 +119,10 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	err := r.client.Get(ctx, key, pg)
 	found := err == nil
 	switch {
+	case err == nil && metav1.IsControlledBy(pg, tj) && pg.GetDeletionTimestamp() != nil:
+		// Its own, going to be made anew (Kubernetes' own PodGroup waits for its pods to go): the
+		// deletion queues the TrainJob again.
+		return ctrl.Result{}, nil
 	case err == nil && !ours(pg, tj):
 		return ctrl.Result{}, notOurs(r.client, pg)
 	case err == nil && framework.Built(pg, tj, rt.Spec.MLPolicy):
@@ -159,6 +166,15 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 		return ctrl.Result{}, &buildError{err}
 	}
 	owner := client.FieldOwner("trainer.kubeflow.org/" + gangController)
+	if gang.Immutable(pg) {
+		// Kubernetes' own PodGroup and Workload cannot change: made anew from this build.
+		if found {
+			return ctrl.Result{RequeueAfter: conflictRetry}, r.remove(ctx, pg)
+		}
+		if done, err := r.writeWorkload(ctx, tj, rt.Spec.MLPolicy, children.Workload, digest, owner); err != nil || !done {
+			return ctrl.Result{RequeueAfter: conflictRetry}, ignoreNoMatch(refusal(err))
+		}
+	}
 	obj, err := asObject(children.PodGroup)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -178,6 +194,49 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	}
 	ctrl.LoggerFrom(ctx).V(2).Info("Wrote PodGroup", "podGroup", key, "resized", found)
 	return ctrl.Result{}, nil
+}
+
+// writeWorkload creates the Workload that Kubernetes' own PodGroup names as its template, built
+// from the same TrainJob and runtime copy (digest) as the PodGroup. One built otherwise is deleted
+// first (done is false until the new one is made): a Workload cannot change. Someone else's of the
+// name is never touched. Read from the API server: Workloads are not cached, as they are read only
+// when a PodGroup is made.
+func (r *GangReconciler) writeWorkload(ctx context.Context, tj *trainer.TrainJob, policy *trainer.MLPolicy, ac runtime.ApplyConfiguration, digest string, owner client.FieldOwner) (done bool, err error) {
+	workload := &schedulingv1alpha2.Workload{}
+	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), workload); {
+	case err == nil && metav1.IsControlledBy(workload, tj) && workload.DeletionTimestamp != nil:
+		return false, nil // Its own, on its way out.
+	case err == nil && !ours(workload, tj):
+		return false, notOurs(r.client, workload)
+	case err == nil && gang.Built(workload, tj, policy, digest):
+		return true, nil
+	case err == nil:
+		return false, r.remove(ctx, workload)
+	case !apierrors.IsNotFound(err):
+		return false, err
+	}
+	obj, err := asObject(ac)
+	if err != nil {
+		return false, err
+	}
+	annotations := obj.GetAnnotations()
+	annotations[trainingruntime.DigestAnnotation] = digest
+	obj.SetAnnotations(annotations)
+	if err := createChild(ctx, r.client, tj, obj, owner); err != nil {
+		return false, fmt.Errorf("creating the Workload of %s: %w", klog.KObj(tj), err)
+	}
+	return true, nil
+}
+
+// remove deletes the TrainJob's Kubernetes PodGroup or Workload, the one read (its UID), to make it
+// anew.
+func (r *GangReconciler) remove(ctx context.Context, obj client.Object) error {
+	uid := obj.GetUID()
+	if err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting %T %s to make it anew: %w", obj, klog.KObj(obj), err)
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Deleted to make it anew", "object", klog.KObj(obj))
+	return nil
 }
 
 // snapshotRecorded passes the TrainJob updates that record another copy of its runtime than it

@@ -613,7 +613,7 @@ func (r *TrainJobReconciler) waitForPodGroup(ctx context.Context, tj *trainer.Tr
 	case apimeta.IsNoMatchError(err):
 		gvk, _ := apiutil.GVKForObject(pg, r.client.Scheme())
 		setCondition(tj, trainer.TrainJobCreated, metav1.ConditionFalse, trainer.TrainJobJobsCreationFailedReason,
-			fmt.Sprintf("%s gang-schedules with %s PodGroups, but their CRD is not installed in the cluster; install it and restart the operator",
+			fmt.Sprintf("%s gang-schedules with %s PodGroups, but the cluster does not serve them (their CRD is not installed, or, for Kubernetes' own, its GenericWorkload feature gate and scheduling.k8s.io/v1alpha2 API are off); serve them and restart the operator",
 				rt, gvk.GroupVersion()))
 		return true, nil
 	default:

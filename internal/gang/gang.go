@@ -9,10 +9,12 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	schedulingac "k8s.io/client-go/applyconfigurations/scheduling/v1alpha2"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,15 +52,26 @@ func scheduleTimeout(policy *trainer.CoschedulingPodGroupPolicySource) int32 {
 	return DefaultScheduleTimeoutSeconds
 }
 
+// WorkloadTemplate is the name of the gang's PodGroup template in its Workload (Kubernetes' own
+// gang scheduling), as upstream Kubeflow Trainer's KEP-3015 names it.
+const WorkloadTemplate = "trainer"
+
 // Ganged reports whether the policy asks for gang scheduling, by any of its schedulers.
 func Ganged(policy *trainer.PodGroupPolicy) bool {
-	return policy != nil && (policy.Coscheduling != nil || policy.Volcano != nil || policy.KAIScheduler != nil)
+	return NeedsPodGroup(policy) || (policy != nil && policy.KAIScheduler != nil)
 }
 
-// NeedsPodGroup reports whether the policy needs a PodGroup the operator writes: Coscheduling's or
-// Volcano's, not KAI's, whose PodGroup KAI makes.
+// NeedsPodGroup reports whether the policy needs a PodGroup the operator writes: Coscheduling's,
+// Volcano's or Kubernetes' own (with its Workload), not KAI's, whose PodGroup KAI makes.
 func NeedsPodGroup(policy *trainer.PodGroupPolicy) bool {
-	return policy != nil && (policy.Coscheduling != nil || policy.Volcano != nil)
+	return policy != nil && (policy.Coscheduling != nil || policy.Volcano != nil || policy.Workload != nil)
+}
+
+// Immutable reports whether a PodGroup's spec cannot change once created, as Kubernetes' own
+// cannot: it is made anew to change (the gang controller deletes it first).
+func Immutable(pg client.Object) bool {
+	_, ok := pg.(*schedulingv1alpha2.PodGroup)
+	return ok
 }
 
 // PodGroupObject returns an empty PodGroup of the kind the policy needs, to look it up by name,
@@ -71,13 +84,15 @@ func PodGroupObject(policy *trainer.PodGroupPolicy) client.Object {
 		return &schedulerpluginsv1alpha1.PodGroup{}
 	case policy.Volcano != nil:
 		return &volcanov1beta1.PodGroup{}
+	case policy.Workload != nil:
+		return &schedulingv1alpha2.PodGroup{}
 	}
 	return nil
 }
 
-// Stamp joins the JobSet's gang members to their gang: the Coscheduling label or the Volcano
-// annotation on the pod template of every member job; for KAI, the queue label on the JobSet and
-// every pod template. It runs last in the pipeline, so that nothing in the TrainJob can remove it.
+// Stamp joins the JobSet's gang members to their gang: the Coscheduling label, the Volcano
+// annotation or Kubernetes' own schedulingGroup on the pod template of every member job; for KAI,
+// the queue label on the JobSet and every pod template. It runs last in the pipeline, so that nothing in the TrainJob can remove it.
 func Stamp(b *framework.Draft) error {
 	policy := b.Runtime.Spec.PodGroupPolicy
 	if policy == nil {
@@ -99,6 +114,8 @@ func Stamp(b *framework.Draft) error {
 			pod.Labels = withEntry(pod.Labels, CoschedulingLabel, name)
 		case policy.Volcano != nil:
 			pod.Annotations = withEntry(pod.Annotations, VolcanoAnnotation, name)
+		case policy.Workload != nil:
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
 		}
 	}
 	return nil
@@ -120,6 +137,18 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 	}
 	tj := b.TrainJob
 	members, resources := size(b)
+	if policy.Workload != nil {
+		// No minimum resources: Kubernetes' scheduler finds the gang's pods themselves.
+		return schedulingac.PodGroup(tj.Name, tj.Namespace).
+			WithLabels(b.Labels()).
+			WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
+			WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
+			WithSpec(schedulingac.PodGroupSpec().
+				WithPodGroupTemplateRef(schedulingac.PodGroupTemplateReference().
+					WithWorkload(schedulingac.WorkloadPodGroupTemplateReference().
+						WithWorkloadName(tj.Name).WithPodGroupTemplateName(WorkloadTemplate))).
+				WithSchedulingPolicy(gangPolicy(members))), nil
+	}
 	if policy.Coscheduling != nil {
 		return schedulerpluginsac.PodGroup(tj.Name, tj.Namespace).
 			WithLabels(b.Labels()).
@@ -163,6 +192,32 @@ func PodGroup(b *framework.Draft) (runtime.ApplyConfiguration, error) {
 		return nil, fmt.Errorf("converting the Volcano PodGroup: %w", err)
 	}
 	return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}), nil
+}
+
+// Workload builds the Workload of the JobSet built, which its native PodGroup names as its
+// template, or returns nil unless the policy is Kubernetes' own gang scheduling. Its one template,
+// WorkloadTemplate, is the gang: the initializers are not scheduled with it, as with the other
+// schedulers.
+func Workload(b *framework.Draft) *schedulingac.WorkloadApplyConfiguration {
+	if policy := b.Runtime.Spec.PodGroupPolicy; policy == nil || policy.Workload == nil {
+		return nil
+	}
+	tj := b.TrainJob
+	members, _ := size(b)
+	return schedulingac.Workload(tj.Name, tj.Namespace).
+		WithLabels(b.Labels()).
+		WithAnnotations(map[string]string{framework.SpecHashAnnotation: framework.SpecHash(tj, b.Runtime.Spec.MLPolicy)}).
+		WithOwnerReferences(framework.OwnerReferenceApplyConfiguration(tj)).
+		WithSpec(schedulingac.WorkloadSpec().
+			WithControllerRef(schedulingac.TypedLocalObjectReference().
+				WithAPIGroup(trainer.GroupVersion.Group).WithKind(trainer.TrainJobKind).WithName(tj.Name)).
+			WithPodGroupTemplates(schedulingac.PodGroupTemplate().
+				WithName(WorkloadTemplate).WithSchedulingPolicy(gangPolicy(members))))
+}
+
+// gangPolicy is the scheduling policy of Kubernetes' own gang of members pods.
+func gangPolicy(members int32) *schedulingac.PodGroupSchedulingPolicyApplyConfiguration {
+	return schedulingac.PodGroupSchedulingPolicy().WithGang(schedulingac.GangSchedulingPolicy().WithMinCount(members))
 }
 
 // volcanoQueue is the Volcano queue of the gang: the runtime's volcano.queue, which binds its

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -271,8 +272,39 @@ func TestGangMembership(t *testing.T) {
 		assert.Equal(t, "team-a", labels["dataset-initializer"][gang.KAIQueueLabel])
 		assert.Equal(t, "team-a", children.JobSet.Labels[gang.KAIQueueLabel])
 		assert.Nil(t, children.PodGroup)
+		assert.Nil(t, children.Workload)
 		js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
 		assert.Len(t, js.OwnerReferences, 1, "KAI's pod-grouper follows a single controller owner chain")
+	})
+
+	t.Run("kubernetes' own gang names its PodGroup in each member pod's schedulingGroup, from a Workload", func(t *testing.T) {
+		children := buildChildren(t, tj, runtime().NumNodes(3).PodGroupPolicy(trainer.PodGroupPolicySource{
+			Workload: &trainer.WorkloadPodGroupPolicySource{},
+		}).Obj(), plain.New())
+		js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+		groups := map[string]*corev1.PodSchedulingGroup{}
+		for _, job := range js.Spec.ReplicatedJobs {
+			groups[job.Name] = job.Template.Spec.Template.Spec.SchedulingGroup
+		}
+		assert.Equal(t, map[string]*corev1.PodSchedulingGroup{"node": {PodGroupName: ptr.To("tj")}, "dataset-initializer": nil}, groups)
+		gangOf3 := schedulingv1alpha2.PodGroupSchedulingPolicy{Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: 3}}
+		pg := utiltesting.FromApplyConfiguration[schedulingv1alpha2.PodGroup](t, children.PodGroup)
+		assert.Equal(t, "scheduling.k8s.io/v1alpha2", pg.APIVersion)
+		assert.Equal(t, schedulingv1alpha2.PodGroupSpec{
+			PodGroupTemplateRef: &schedulingv1alpha2.PodGroupTemplateReference{Workload: &schedulingv1alpha2.WorkloadPodGroupTemplateReference{
+				WorkloadName: "tj", PodGroupTemplateName: gang.WorkloadTemplate}},
+			SchedulingPolicy: gangOf3,
+		}, pg.Spec)
+		workload := utiltesting.FromApplyConfiguration[schedulingv1alpha2.Workload](t, children.Workload)
+		assert.Equal(t, "Workload", workload.Kind)
+		assert.Equal(t, []schedulingv1alpha2.PodGroupTemplate{{Name: gang.WorkloadTemplate, SchedulingPolicy: gangOf3}}, workload.Spec.PodGroupTemplates)
+		assert.Equal(t, &schedulingv1alpha2.TypedLocalObjectReference{APIGroup: trainer.GroupVersion.Group, Kind: trainer.TrainJobKind, Name: "tj"},
+			workload.Spec.ControllerRef)
+		for _, obj := range []metav1.Object{pg, workload} {
+			assert.Equal(t, map[string]string{trainer.TrainJobNameLabel: "tj"}, obj.GetLabels())
+			assert.Len(t, obj.GetOwnerReferences(), 1)
+		}
+		assert.True(t, gang.Immutable(&schedulingv1alpha2.PodGroup{}), "Kubernetes' own PodGroup cannot change")
 	})
 
 	t.Run("without a gang policy nothing is stamped", func(t *testing.T) {

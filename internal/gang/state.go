@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	schedulerpluginsv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -13,7 +16,8 @@ import (
 // State is what a PodGroup's scheduler says of its gang: the operator tells it in events, and
 // `kubectl trainjob describe` names it as the reason a TrainJob waits.
 type State struct {
-	// Scheduler is "coscheduling" or "volcano"; empty for an object that is no PodGroup.
+	// Scheduler is "coscheduling", "volcano" or "kubernetes" (its own gang scheduling); empty for
+	// an object that is no PodGroup.
 	Scheduler string
 	// Phase is the PodGroup's phase as its scheduler wrote it, empty before it wrote one.
 	Phase string
@@ -28,7 +32,7 @@ type State struct {
 	Timeout time.Duration
 }
 
-// StateOf reads the State of a coscheduling or Volcano PodGroup.
+// StateOf reads the State of a coscheduling, Volcano or Kubernetes PodGroup.
 func StateOf(obj any) State {
 	switch pg := obj.(type) {
 	case *schedulerpluginsv1alpha1.PodGroup:
@@ -51,6 +55,21 @@ func StateOf(obj any) State {
 			g.Waiting = fmt.Sprintf("PodGroup %q is %s: Volcano waits until all %d pods fit at once", pg.Name, pg.Status.Phase, pg.Spec.MinMember)
 			if n := len(pg.Status.Conditions); n > 0 && pg.Status.Conditions[n-1].Message != "" {
 				g.Waiting += ": " + pg.Status.Conditions[n-1].Message
+			}
+		}
+		return g
+	case *schedulingv1alpha2.PodGroup:
+		var members int32
+		if gang := pg.Spec.SchedulingPolicy.Gang; gang != nil {
+			members = gang.MinCount
+		}
+		g := State{Scheduler: "kubernetes", MinMember: members}
+		if c := apimeta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha2.PodGroupScheduled); c != nil {
+			g.Phase = c.Reason
+			if c.Status == metav1.ConditionTrue {
+				g.Running = true
+			} else {
+				g.Waiting = fmt.Sprintf("PodGroup %q waits for all %d of its pods to fit at once: %s", pg.Name, members, c.Message)
 			}
 		}
 		return g

@@ -43,6 +43,9 @@ type Children struct {
 	// PodGroup is the gang's PodGroup, or nil when the runtime's gang policy needs none. Only the
 	// gang controller writes it.
 	PodGroup runtime.ApplyConfiguration
+	// Workload is the Workload that Kubernetes' own PodGroup names, or nil under any other gang
+	// policy. Only the gang controller writes it, before the PodGroup.
+	Workload runtime.ApplyConfiguration
 }
 
 // Step is a step of the pipeline.
@@ -111,7 +114,11 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	if err != nil {
 		return nil, err
 	}
-	return &Children{JobSet: js, Create: b.Create, PodGroup: podGroup}, nil
+	children := &Children{JobSet: js, Create: b.Create, PodGroup: podGroup}
+	if workload := gang.Workload(b); workload != nil {
+		children.Workload = workload
+	}
+	return children, nil
 }
 
 // toApplyConfiguration names the JobSet after the TrainJob, makes the TrainJob its controller

@@ -101,6 +101,9 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	// A node's address, not its host name, which resolves nowhere here: for `kubectl logs` and
 	// `exec`, the API server calls the real node's kubelet there.
 	apiServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	// Kubernetes' own gang scheduling (KEP-4671), alpha in 1.36: its Workload and PodGroup API,
+	// and the pods' schedulingGroup, which the API server drops with the gate off.
+	apiServer.Configure().Set("feature-gates", WorkloadFeatureGates).Set("runtime-config", "scheduling.k8s.io/v1alpha2=true")
 	if s.local != nil && s.local.InCluster {
 		if !s.local.RealNode {
 			return nil, errors.New("a local cluster's in-cluster clients need its real node")
@@ -154,6 +157,10 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	}
 	return c, nil
 }
+
+// WorkloadFeatureGates are the gates of Kubernetes' own gang scheduling, on in the API server and
+// the scheduler: the Workload and PodGroup API and the scheduler's GangScheduling plugin.
+const WorkloadFeatureGates = "GenericWorkload=true,GangScheduling=true"
 
 // LogDir is the folder of the log files of the programs the cluster runs, one per program.
 func (c *Cluster) LogDir() string { return filepath.Join(c.Dir, "logs") }

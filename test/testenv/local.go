@@ -203,7 +203,7 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		// Nodes are KWOK's, with no kubelet to report their health, cloud or IP ranges.
 		"--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller",
 		"--service-account-private-key-file=" + filepath.Join(c.Env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
-		"--leader-elect=false", "--secure-port=0",
+		"--feature-gates=" + WorkloadFeatureGates, "--leader-elect=false", "--secure-port=0",
 		// The defaults suit a cluster of thousands of nodes, not a test's bursts of Jobs.
 		"--kube-api-qps=500", "--kube-api-burst=500", "--concurrent-job-syncs=20", "-v=1",
 	}

@@ -205,12 +205,15 @@ func moduleDirIn(in, module string) (string, error) {
 
 // StartGarbageCollector runs kube-controller-manager's garbage collector beside a bare API
 // server, so that owner references are honoured as in a real cluster: deleting an owner deletes
-// its children. Stop stops it. (A local cluster runs the whole kube-controller-manager.)
+// its children; and its PodGroup protection controller, which lets a deleted scheduling.k8s.io
+// PodGroup go once no pod that names it runs. Stop stops it. (A local cluster runs the whole
+// kube-controller-manager.)
 func (c *Cluster) StartGarbageCollector() error {
 	kubeconfig, err := c.Kubeconfig("garbage-collector")
 	if err != nil {
 		return err
 	}
 	return c.run("kube-controller-manager", nil,
-		"--kubeconfig="+kubeconfig, "--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0", "-v=1")
+		"--kubeconfig="+kubeconfig, "--controllers=garbagecollector,podgroup-protection-controller",
+		"--feature-gates="+WorkloadFeatureGates, "--leader-elect=false", "--secure-port=0", "-v=1")
 }

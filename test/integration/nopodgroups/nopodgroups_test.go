@@ -58,11 +58,11 @@ func TestMissingPodGroupCRD(t *testing.T) {
 	}{
 		"coscheduling": {
 			policy:  trainer.PodGroupPolicySource{Coscheduling: &trainer.CoschedulingPodGroupPolicySource{}},
-			message: `TrainingRuntime "coscheduling" gang-schedules with scheduling.x-k8s.io/v1alpha1 PodGroups, but their CRD is not installed in the cluster`,
+			message: `TrainingRuntime "coscheduling" gang-schedules with scheduling.x-k8s.io/v1alpha1 PodGroups, but the cluster does not serve them (their CRD is not installed`,
 		},
 		"volcano": {
 			policy:  trainer.PodGroupPolicySource{Volcano: &trainer.VolcanoPodGroupPolicySource{}},
-			message: `TrainingRuntime "volcano" gang-schedules with scheduling.volcano.sh/v1beta1 PodGroups, but their CRD is not installed in the cluster`,
+			message: `TrainingRuntime "volcano" gang-schedules with scheduling.volcano.sh/v1beta1 PodGroups, but the cluster does not serve them (their CRD is not installed`,
 		},
 	}
 	for name, tc := range cases {
