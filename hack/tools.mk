@@ -53,6 +53,7 @@ ETCD ?= $(LOCALBIN)/etcd
 KUBE_APISERVER ?= $(LOCALBIN)/kube-apiserver
 KUBECTL ?= $(LOCALBIN)/kubectl
 KUBE_CONTROLLER_MANAGER ?= $(LOCALBIN)/kube-controller-manager
+KUBE_SCHEDULER ?= $(LOCALBIN)/kube-scheduler
 KUBE_PROXY ?= $(LOCALBIN)/kube-proxy
 JOBSET_CONTROLLER ?= $(LOCALBIN)/jobset-controller
 SCHEDULER_PLUGINS_SCHEDULER ?= $(LOCALBIN)/scheduler-plugins-scheduler
@@ -75,7 +76,7 @@ $(LOCALBIN):
 
 ## The local cluster's programs: those a TrainJob needs to run, in the order make run builds
 ## them, and those that may join the running cluster when built (localcluster -late-build).
-CLUSTER_ESSENTIAL := $(ETCD) $(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) \
+CLUSTER_ESSENTIAL := $(ETCD) $(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(JOBSET_CONTROLLER) $(KWOK) \
 	$(SCHEDULER_PLUGINS_SCHEDULER) $(SCHEDULER_PLUGINS_CONTROLLER)
 CLUSTER_LATE := $(KUEUE) $(METRICS_SERVER)
 
@@ -196,11 +197,12 @@ endef
 K8S_PACKAGE_kube-apiserver := k8s.io/kubernetes/cmd/kube-apiserver
 K8S_PACKAGE_kubectl := k8s.io/kubernetes/cmd/kubectl
 K8S_PACKAGE_kube-controller-manager := k8s.io/kubernetes/cmd/kube-controller-manager
+K8S_PACKAGE_kube-scheduler := k8s.io/kubernetes/cmd/kube-scheduler
 K8S_PACKAGE_kubelet := k8s.io/kubernetes/cmd/kubelet
 K8S_PACKAGE_kube-proxy := k8s.io/kubernetes/cmd/kube-proxy
 K8S_PACKAGE_jobset-controller := sigs.k8s.io/jobset
 K8S_PACKAGE_kwok := sigs.k8s.io/kwok/cmd/kwok
-$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET) $(KUBE_PROXY): $(LOCALBIN)/%: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
+$(KUBE_APISERVER) $(KUBECTL) $(KUBE_CONTROLLER_MANAGER) $(KUBE_SCHEDULER) $(JOBSET_CONTROLLER) $(KWOK) $(KUBELET) $(KUBE_PROXY): $(LOCALBIN)/%: $(K8S_MOD)/go.mod $(K8S_MOD)/go.sum | $(LOCALBIN) $(BUILDSTEP)
 	$(call check-mod-version,$(K8S_MOD),k8s.io/kubernetes,$(K8S_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/jobset,$(JOBSET_VERSION))
 	$(call check-mod-version,$(K8S_MOD),sigs.k8s.io/kwok,$(KWOK_VERSION))

@@ -145,8 +145,30 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	require.NoError(t, k8sClient.Delete(ctx, tj, client.PropagationPolicy("Foreground")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, names(pods(c, tj))) }, timeout, interval)
 
-	// As a gang, none binds while the gang cannot fit.
-	tj = createTrainJob(t, ns, "gang", "gang", inPool(pool))
+	bindsWhole(t, ns, pool, "gang")
+}
+
+// TestKubernetesOwnGangBindsAllOrNothing does the same with Kubernetes' own gang scheduling
+// (podGroupPolicy.workload): the default scheduler, kube-scheduler with its GangScheduling plugin,
+// binds none of the three pods until all fit, and then all of them.
+func TestKubernetesOwnGangBindsAllOrNothing(t *testing.T) {
+	ns := newNamespace(t)
+	pool := ns
+	addNode(t, pool+"-a", pool, "4")
+	addNode(t, pool+"-b", pool, "4")
+	createRuntime(t, ns, "gang", utiltesting.MakeRuntimeSpec().ReplicatedJobs(nodeJob("4")).
+		PodGroupPolicy(trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}).Obj())
+	tj := bindsWhole(t, ns, pool, "gang")
+	for _, p := range pods(t, tj) {
+		assert.Equal(t, &corev1.PodSchedulingGroup{PodGroupName: ptr.To(tj.Name)}, p.Spec.SchedulingGroup, "pod %s", p.Name)
+	}
+}
+
+// bindsWhole runs a TrainJob of three 4-CPU pods of the gang runtime on the pool's two 4-CPU
+// nodes: none binds while the gang cannot fit; once a third node joins, all do.
+func bindsWhole(t *testing.T, ns, pool, runtime string) *trainer.TrainJob {
+	t.Helper()
+	tj := createTrainJob(t, ns, "gang", runtime, inPool(pool))
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Len(c, pods(c, tj), 3) }, timeout, interval)
 	time.Sleep(5 * time.Second) // The scheduler has tried them all by now.
 	assert.Zero(t, bound(pods(t, tj)), "a pod of a gang that cannot fit was bound")
@@ -163,6 +185,7 @@ func TestGangBindsAllOrNothing(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, utiltesting.EventReasons(c, k8sClient, tj), "Normal/GangScheduled")
 	}, timeout, interval, "kubectl describe tells when the gang was placed")
+	return tj
 }
 
 // TestNamesAtTheLimit creates the TrainJob with the longest name that admission accepts for the

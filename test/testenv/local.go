@@ -106,6 +106,8 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 //
 //   - kube-controller-manager (the Job controller, the garbage collector and the rest a cluster
 //     runs, but the node and cloud controllers),
+//   - kube-scheduler, the default scheduler, with Kubernetes' own gang scheduling on
+//     (GenericWorkload, GangScheduling: scheduling.k8s.io PodGroups),
 //   - the scheduler-plugins scheduler with the Coscheduling plugin, and its PodGroup controller,
 //   - the JobSet controller, serving its own admission webhooks on loopback,
 //   - Kueue, with its CRDs, its TrainJob integration and its webhooks for Kueue's objects and
@@ -220,15 +222,23 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 	if kubeconfig, err = c.Kubeconfig("scheduler"); err != nil {
 		return err
 	}
-	config := filepath.Join(c.Dir, "scheduler.yaml")
-	if err := os.WriteFile(config, []byte(schedulerConfig(kubeconfig)), 0o600); err != nil {
-		return err
-	}
-	if err := c.run("scheduler-plugins-scheduler", nil, "--config="+config, "--secure-port=0", "-v=1",
-		// A gang that did not fit is tried again on its own pods' and PodGroup's events only, not
-		// when nodes join: retry it within seconds rather than the default five minutes.
-		"--pod-max-in-unschedulable-pods-duration=10s"); err != nil {
-		return err
+	// A gang that did not fit is tried again on its own pods' and PodGroup's events only, not when
+	// nodes join: each scheduler retries it within seconds rather than the default five minutes.
+	for _, scheduler := range []struct{ program, config string }{
+		{"kube-scheduler", kubeSchedulerConfig(kubeconfig)},
+		{"scheduler-plugins-scheduler", schedulerConfig(kubeconfig)},
+	} {
+		config := filepath.Join(c.Dir, scheduler.program+".yaml")
+		if err := os.WriteFile(config, []byte(scheduler.config), 0o600); err != nil {
+			return err
+		}
+		args := []string{"--config=" + config, "--secure-port=0", "-v=1", "--pod-max-in-unschedulable-pods-duration=10s"}
+		if scheduler.program == "kube-scheduler" {
+			args = append(args, "--feature-gates="+WorkloadFeatureGates)
+		}
+		if err := c.run(scheduler.program, nil, args...); err != nil {
+			return err
+		}
 	}
 	if kubeconfig, err = c.Kubeconfig("podgroup-controller"); err != nil {
 		return err
@@ -248,7 +258,7 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 	if kubeconfig, err = c.Kubeconfig("kwok"); err != nil {
 		return err
 	}
-	config = filepath.Join(c.Dir, "kwok.yaml")
+	config := filepath.Join(c.Dir, "kwok.yaml")
 	metrics, err := kwokMetricsConfig()
 	if err != nil {
 		return err
@@ -345,16 +355,10 @@ func (c *Cluster) waitForNode(ctx context.Context, name string) error {
 	return c.Client.Patch(ctx, node, patch)
 }
 
-// CoschedulingScheduler is the name of the local cluster's scheduler profile with the
-// Coscheduling plugin, which binds the pods of a PodGroup all together or not at all. It is the
-// name scheduler-plugins' own install gives it; pods name it in spec.schedulerName. Other pods
-// get the default-scheduler profile, without it.
-const CoschedulingScheduler = "scheduler-plugins-scheduler"
-
-// schedulerConfig runs the scheduler-plugins scheduler with two profiles: the cluster's
-// default-scheduler, and CoschedulingScheduler. Profiles must share their queue-sort plugin and
-// its arguments, so both sort as Coscheduling does: gangs together, the rest by priority and age.
-func schedulerConfig(kubeconfig string) string {
+// kubeSchedulerConfig runs Kubernetes' own scheduler as the cluster's default-scheduler, with its
+// gang scheduling (KEP-4671: the GangScheduling plugin, which its feature gate adds to the
+// default plugins) for pods that name a scheduling.k8s.io PodGroup.
+func kubeSchedulerConfig(kubeconfig string) string {
 	return `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -365,16 +369,26 @@ clientConnection:
   burst: 500
 profiles:
 - schedulerName: default-scheduler
-  plugins:
-    queueSort:
-      enabled:
-      - name: Coscheduling
-      disabled:
-      - name: "*"
-  pluginConfig:
-  - name: Coscheduling
-    args:
-      permitWaitingTimeSeconds: 10
+`
+}
+
+// CoschedulingScheduler is the name of the local cluster's scheduler profile with the
+// Coscheduling plugin, which binds the pods of a PodGroup all together or not at all. It is the
+// name scheduler-plugins' own install gives it; pods name it in spec.schedulerName. Other pods
+// get the default-scheduler, Kubernetes' own (kubeSchedulerConfig).
+const CoschedulingScheduler = "scheduler-plugins-scheduler"
+
+// schedulerConfig runs the scheduler-plugins scheduler with one profile, CoschedulingScheduler.
+func schedulerConfig(kubeconfig string) string {
+	return `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: ` + kubeconfig + `
+  qps: 500
+  burst: 500
+profiles:
 - schedulerName: ` + CoschedulingScheduler + `
   plugins:
     multiPoint:
