@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,10 +120,11 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	err := r.client.Get(ctx, key, pg)
 	found := err == nil
 	switch {
-	case err == nil && metav1.IsControlledBy(pg, tj) && pg.GetDeletionTimestamp() != nil:
-		// Its own, going to be made anew (Kubernetes' own PodGroup waits for its pods to go): the
-		// deletion queues the TrainJob again.
-		return ctrl.Result{}, nil
+	case err == nil && gang.Immutable(pg) && metav1.IsControlledBy(pg, tj) && pg.GetDeletionTimestamp() != nil:
+		// Its own, going to be made anew: Kubernetes keeps it while a pod that names it has not
+		// finished. Its deletion queues the TrainJob again; said meanwhile.
+		return ctrl.Result{}, &refusedError{fmt.Errorf("the PodGroup of %s is being deleted, to be made anew at the TrainJob's size: "+
+			"it goes once no unfinished pod names it in schedulingGroup (its scheduling.k8s.io/podgroup-protection finalizer)", klog.KObj(tj))}
 	case err == nil && !ours(pg, tj):
 		return ctrl.Result{}, notOurs(r.client, pg)
 	case err == nil && framework.Built(pg, tj, rt.Spec.MLPolicy):
@@ -169,10 +171,10 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 	if gang.Immutable(pg) {
 		// Kubernetes' own PodGroup and Workload cannot change: made anew from this build.
 		if found {
-			return ctrl.Result{RequeueAfter: conflictRetry}, r.remove(ctx, pg)
+			return ctrl.Result{}, r.remove(ctx, pg) // Its deletion queues the TrainJob again.
 		}
-		if done, err := r.writeWorkload(ctx, tj, rt.Spec.MLPolicy, children.Workload, digest, owner); err != nil || !done {
-			return ctrl.Result{RequeueAfter: conflictRetry}, ignoreNoMatch(refusal(err))
+		if err := r.writeWorkload(ctx, tj, rt.Spec.MLPolicy, children.Workload, digest, owner); err != nil {
+			return ctrl.Result{}, refusal(err)
 		}
 	}
 	obj, err := asObject(children.PodGroup)
@@ -197,35 +199,56 @@ func (r *GangReconciler) reconcile(ctx context.Context, tj *trainer.TrainJob, rt
 }
 
 // writeWorkload creates the Workload that Kubernetes' own PodGroup names as its template, built
-// from the same TrainJob and runtime copy (digest) as the PodGroup. One built otherwise is deleted
-// first (done is false until the new one is made): a Workload cannot change. Someone else's of the
-// name is never touched. Read from the API server: Workloads are not cached, as they are read only
-// when a PodGroup is made.
-func (r *GangReconciler) writeWorkload(ctx context.Context, tj *trainer.TrainJob, policy *trainer.MLPolicy, ac runtime.ApplyConfiguration, digest string, owner client.FieldOwner) (done bool, err error) {
+// from the same TrainJob and runtime copy (digest) as the PodGroup, with the same gang. One built
+// otherwise is deleted first, and waited for: a Workload cannot change. Someone else's of the name
+// is never touched. Read from the API server: Workloads are not cached, as they are read only when
+// a PodGroup is made. An error is a reason to wait, told on the TrainJob and tried again in a
+// while (refusal).
+func (r *GangReconciler) writeWorkload(ctx context.Context, tj *trainer.TrainJob, policy *trainer.MLPolicy, ac runtime.ApplyConfiguration, digest string, owner client.FieldOwner) error {
+	obj, err := asObject(ac)
+	if err != nil {
+		return err
+	}
+	want := &schedulingv1alpha2.Workload{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, want); err != nil {
+		return err
+	}
 	workload := &schedulingv1alpha2.Workload{}
 	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), workload); {
 	case err == nil && metav1.IsControlledBy(workload, tj) && workload.DeletionTimestamp != nil:
-		return false, nil // Its own, on its way out.
+		return &refusedError{fmt.Errorf("the Workload of %s is being deleted, to be made anew at the TrainJob's size", klog.KObj(tj))}
 	case err == nil && !ours(workload, tj):
-		return false, notOurs(r.client, workload)
-	case err == nil && gang.Built(workload, tj, policy, digest):
-		return true, nil
+		return notOurs(r.client, workload)
+	case err == nil && gang.Built(workload, tj, policy, digest) && sameGang(workload, want):
+		return nil
 	case err == nil:
-		return false, r.remove(ctx, workload)
+		if err := r.remove(ctx, workload); err != nil {
+			return err
+		}
+		return &refusedError{fmt.Errorf("the Workload of %s was built for another size: deleted, to be made anew", klog.KObj(tj))}
 	case !apierrors.IsNotFound(err):
-		return false, err
-	}
-	obj, err := asObject(ac)
-	if err != nil {
-		return false, err
+		return err
 	}
 	annotations := obj.GetAnnotations()
 	annotations[trainingruntime.DigestAnnotation] = digest
 	obj.SetAnnotations(annotations)
 	if err := createChild(ctx, r.client, tj, obj, owner); err != nil {
-		return false, fmt.Errorf("creating the Workload of %s: %w", klog.KObj(tj), err)
+		return fmt.Errorf("creating the Workload of %s: %w", klog.KObj(tj), err)
 	}
-	return true, nil
+	return nil
+}
+
+// sameGang reports whether two Workloads have the same PodGroup templates' policies: the gang that
+// the PodGroup made with them will have (an operator that sized gangs otherwise built the other).
+func sameGang(a, b *schedulingv1alpha2.Workload) bool {
+	policies := func(w *schedulingv1alpha2.Workload) map[string]schedulingv1alpha2.PodGroupSchedulingPolicy {
+		m := map[string]schedulingv1alpha2.PodGroupSchedulingPolicy{}
+		for _, t := range w.Spec.PodGroupTemplates {
+			m[t.Name] = t.SchedulingPolicy
+		}
+		return m
+	}
+	return apiequality.Semantic.DeepEqual(policies(a), policies(b))
 }
 
 // remove deletes the TrainJob's Kubernetes PodGroup or Workload, the one read (its UID), to make it

@@ -116,6 +116,10 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 		}
 		r.told(ctx, tj, before, reason, all)
+		if stoppedByTheOperator(tj) {
+			// Its JobSet is deleted next (followFinished), whether or not the JobSet changes.
+			result = ctrl.Result{RequeueAfter: conflictRetry}
+		}
 	}
 	if err == nil {
 		// Once the status says the size: admission lets the operator write down only that one.

@@ -45,6 +45,8 @@ func (r *TrainJobReconciler) stopAndFail(ctx context.Context, tj *trainer.TrainJ
 	}
 	setCondition(tj, trainer.TrainJobFailed, metav1.ConditionTrue, reason, message)
 	setRunning(tj, 0, 0)
+	// No counts of pods that are being stopped, of a JobSet that is deleted next.
+	tj.Status.JobsStatus, tj.Status.Ready = nil, ""
 	return nil
 }
 

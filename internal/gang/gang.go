@@ -215,9 +215,11 @@ func Workload(b *framework.Draft) *schedulingac.WorkloadApplyConfiguration {
 				WithName(WorkloadTemplate).WithSchedulingPolicy(gangPolicy(members))))
 }
 
-// gangPolicy is the scheduling policy of Kubernetes' own gang of members pods.
+// gangPolicy is the scheduling policy of Kubernetes' own gang of members pods. Kubernetes refuses a
+// minCount below 1: a gang of no pod (a DeepSpeed runtime at one node, whose launcher runs as the
+// node and waits for a node job of no pod) gets 1, and no pod names its PodGroup.
 func gangPolicy(members int32) *schedulingac.PodGroupSchedulingPolicyApplyConfiguration {
-	return schedulingac.PodGroupSchedulingPolicy().WithGang(schedulingac.GangSchedulingPolicy().WithMinCount(members))
+	return schedulingac.PodGroupSchedulingPolicy().WithGang(schedulingac.GangSchedulingPolicy().WithMinCount(max(members, 1)))
 }
 
 // volcanoQueue is the Volcano queue of the gang: the runtime's volcano.queue, which binds its

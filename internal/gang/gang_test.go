@@ -307,6 +307,24 @@ func TestGangMembership(t *testing.T) {
 		assert.True(t, gang.Immutable(&schedulingv1alpha2.PodGroup{}), "Kubernetes' own PodGroup cannot change")
 	})
 
+	t.Run("kubernetes' own gang of no pod still has a minCount of 1, which Kubernetes requires", func(t *testing.T) {
+		// DeepSpeed's shipped shape at one node: the launcher runs as the node and waits for a node
+		// job of no pod, so no pod is in the gang.
+		rt := mpiRuntime(true).NumNodes(1).PodGroupPolicy(trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}}).Obj()
+		jobs := rt.Template.Spec.ReplicatedJobs
+		launcher, node := jobs[0], jobs[1]
+		launcher.DependsOn = []jobsetv1alpha2.DependsOn{{Name: "node", Status: jobsetv1alpha2.DependencyReady}}
+		rt.Template.Spec.ReplicatedJobs = []jobsetv1alpha2.ReplicatedJob{node, launcher}
+		children := buildChildren(t, utiltesting.MakeTrainJob("tj", "ns").Obj(), rt, mpi.New())
+		pg := utiltesting.FromApplyConfiguration[schedulingv1alpha2.PodGroup](t, children.PodGroup)
+		workload := utiltesting.FromApplyConfiguration[schedulingv1alpha2.Workload](t, children.Workload)
+		assert.Equal(t, int32(1), pg.Spec.SchedulingPolicy.Gang.MinCount)
+		assert.Equal(t, int32(1), workload.Spec.PodGroupTemplates[0].SchedulingPolicy.Gang.MinCount)
+		js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+		assert.Equal(t, "launcher", js.Spec.ReplicatedJobs[1].Name)
+		assert.Nil(t, js.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.SchedulingGroup, "the launcher, which waits for its nodes, is in the gang")
+	})
+
 	t.Run("without a gang policy nothing is stamped", func(t *testing.T) {
 		children := buildChildren(t, tj, runtime().Obj(), plain.New())
 		labels, _ := podMetadata(t, children)

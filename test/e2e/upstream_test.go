@@ -111,7 +111,8 @@ func pythonOnTheRealNode(t *testing.T, image string) {
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name: "runs-python-in-the-torch-image",
 				Expression: `object.spec.containers[0].image == "` + image + `" &&
-					has(object.spec.containers[0].command) && object.spec.containers[0].command[0] == "python3"`,
+					has(object.spec.containers[0].command) && size(object.spec.containers[0].command) > 0 &&
+					object.spec.containers[0].command[0] == "python3"`,
 			}},
 			FailurePolicy:      ptr.To(admissionregistrationv1.Fail),
 			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
