@@ -359,17 +359,9 @@ func (c *Cluster) waitForNode(ctx context.Context, name string) error {
 // gang scheduling (KEP-4671: the GangScheduling plugin, which its feature gate adds to the
 // default plugins) for pods that name a scheduling.k8s.io PodGroup.
 func kubeSchedulerConfig(kubeconfig string) string {
-	return `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: ` + kubeconfig + `
-  qps: 500
-  burst: 500
-profiles:
+	return schedulerConfiguration(kubeconfig, `
 - schedulerName: default-scheduler
-`
+`)
 }
 
 // CoschedulingScheduler is the name of the local cluster's scheduler profile with the
@@ -380,16 +372,8 @@ const CoschedulingScheduler = "scheduler-plugins-scheduler"
 
 // schedulerConfig runs the scheduler-plugins scheduler with one profile, CoschedulingScheduler.
 func schedulerConfig(kubeconfig string) string {
-	return `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: ` + kubeconfig + `
-  qps: 500
-  burst: 500
-profiles:
-- schedulerName: ` + CoschedulingScheduler + `
+	return schedulerConfiguration(kubeconfig, `
+- schedulerName: `+CoschedulingScheduler+`
   plugins:
     multiPoint:
       enabled:
@@ -403,7 +387,21 @@ profiles:
   - name: Coscheduling
     args:
       permitWaitingTimeSeconds: 10
-`
+`)
+}
+
+// schedulerConfiguration is a scheduler's configuration file with its profiles: each of the
+// local cluster's schedulers runs alone (no leader election), quick to bind a test's bursts.
+func schedulerConfiguration(kubeconfig, profiles string) string {
+	return `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: ` + kubeconfig + `
+  qps: 500
+  burst: 500
+profiles:` + profiles
 }
 
 // kwokStages returns KWOK's configuration: the stages its fake nodes and pods go through. A node
