@@ -1,5 +1,6 @@
 // Command localcluster starts a local cluster on loopback (see testenv.WithLocalCluster: etcd,
-// kube-apiserver, kube-controller-manager, the scheduler-plugins scheduler with Coscheduling and
+// kube-apiserver, kube-controller-manager, kube-scheduler with Kubernetes' own gang scheduling, the
+// scheduler-plugins scheduler with Coscheduling and
 // its PodGroup controller, the JobSet controller with its webhooks, KWOK faking nodes and their
 // pods, and metrics-server), with the operator's CRDs and webhook configurations. It runs the command after
 // "--" (the manager) against it in the foreground, serving the webhooks on loopback, and then
@@ -193,7 +194,7 @@ func run() error {
 	}
 	kubectl := filepath.Join(assets, "kubectl")
 	fmt.Printf(`
-Cluster ready in %.1f s at %s: %d fake nodes, JobSet, the Coscheduling scheduler,%s
+Cluster ready in %.1f s at %s: %d fake nodes, JobSet, kube-scheduler and the Coscheduling scheduler,%s
 %s.%s
   kubeconfig: %s
   logs of the cluster's programs: %s
