@@ -350,7 +350,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 				Coscheduling: &trainer.CoschedulingPodGroupPolicySource{},
 				Volcano:      &trainer.VolcanoPodGroupPolicySource{},
 			})),
-			want: []string{"spec.podGroupPolicy", "at most one of coscheduling, volcano and kaiScheduler may be set"},
+			want: []string{"spec.podGroupPolicy", "at most one of coscheduling, volcano, kaiScheduler and workload may be set"},
 		},
 		{
 			name: "negative coscheduling timeout (0 is upstream's default)",
