@@ -145,6 +145,17 @@ type TrainingRuntimeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.spec.replicatedJobs) || self.spec.replicatedJobs.all(rj, !has(rj.template.spec.activeDeadlineSeconds) && !has(rj.template.spec.ttlSecondsAfterFinished))",message="a replicated job's Job template may not set activeDeadlineSeconds or ttlSecondsAfterFinished: set runPolicy.activeDeadlineSeconds or runPolicy.ttlSecondsAfterFinished, which the TrainJob follows"
 	Template JobSetTemplateSpec `json:"template"`
 
+	// ComputeDomain gives each TrainJob its own NVIDIA ComputeDomain (resource.nvidia.com/v1beta1,
+	// NVIDIA's DRA driver for GPUs), so that its nodes share GPU memory over multi-node NVLink
+	// (GB200 NVL72 and the like): the operator creates the ComputeDomain, named after the
+	// TrainJob and owned by it, before the JobSet, and every node pod claims its IMEX channel
+	// (the pod resource claim "compute-domain-channel", used by the trainer container, from the
+	// ResourceClaimTemplate "<trainjob>-compute-domain-channel" that NVIDIA's driver makes for the
+	// ComputeDomain). The ComputeDomain is deleted once the TrainJob finishes. This operator's
+	// field: upstream Kubeflow Trainer has none.
+	// +optional
+	ComputeDomain *ComputeDomainPolicy `json:"computeDomain,omitempty"`
+
 	// RecoveryPolicy says how a TrainJob recovers when JobSet restarts all of its pods after a
 	// failure (template.spec.failurePolicy.maxRestarts): which nodes the new attempt keeps off,
 	// and where the trainer finds the checkpoint to resume from. Without it, a restart keeps off
@@ -152,6 +163,29 @@ type TrainingRuntimeSpec struct {
 	// +optional
 	RecoveryPolicy *RecoveryPolicy `json:"recoveryPolicy,omitempty"`
 }
+
+// ComputeDomainPolicy is how a runtime's TrainJobs get their NVIDIA ComputeDomain.
+type ComputeDomainPolicy struct {
+	// AllocationMode is how many IMEX channels each node pod gets: Single (one, the default) or
+	// All (every channel of the IMEX domain).
+	// +optional
+	// +kubebuilder:validation:Enum=Single;All
+	AllocationMode ComputeDomainAllocationMode `json:"allocationMode,omitempty"`
+}
+
+// ComputeDomainAllocationMode is how many IMEX channels a ComputeDomain's claim gets.
+type ComputeDomainAllocationMode string
+
+const (
+	// ComputeDomainAllocationSingle gets one IMEX channel.
+	ComputeDomainAllocationSingle ComputeDomainAllocationMode = "Single"
+	// ComputeDomainAllocationAll gets every IMEX channel of the domain.
+	ComputeDomainAllocationAll ComputeDomainAllocationMode = "All"
+)
+
+// ComputeDomainChannelClaim is the name of the pod resource claim of a ComputeDomain's IMEX
+// channel in each node pod of a TrainJob whose runtime has a computeDomain.
+const ComputeDomainChannelClaim = "compute-domain-channel"
 
 // RunPolicy is a runtime's defaults for how long its TrainJobs run and are kept: a TrainJob's own
 // spec.activeDeadlineSeconds and spec.ttlSecondsAfterFinished override them. A TrainJob keeps the

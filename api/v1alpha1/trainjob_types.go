@@ -307,6 +307,19 @@ type Trainer struct {
 	// +optional
 	ResourcesPerNode *corev1.ResourceRequirements `json:"resourcesPerNode,omitempty"`
 
+	// ResourceClaimsPerNode are the devices each training node claims through Dynamic Resource
+	// Allocation (resource.k8s.io, KEP-2782): every node pod gets each as a pod resource claim,
+	// and its trainer container (or the containers a claim lists) uses it. A claim names a
+	// ResourceClaimTemplate of the TrainJob's namespace (each pod gets its own ResourceClaim made
+	// from it, deleted with the pod) or a ResourceClaim (shared by every pod). The device count is
+	// the template's. A claim of the same name in the runtime, spec.podSpecOverrides or a runtime
+	// patch is replaced by this one on the node pods.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	ResourceClaimsPerNode []TrainerResourceClaim `json:"resourceClaimsPerNode,omitempty"`
+
 	// NumProcPerNode is the number of training processes on each node: a positive integer such as
 	// 4, or for torch "auto" (one per GPU when the node has GPUs, else per CPU), "cpu" or "gpu".
 	// It overrides the runtime's value. Write an integer for TrainJobs queued by Kueue: it reads
@@ -315,6 +328,43 @@ type Trainer struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(auto|cpu|gpu|[1-9][0-9]*)$')",message="numProcPerNode must be a positive integer, auto, cpu or gpu"
 	NumProcPerNode *intstr.IntOrString `json:"numProcPerNode,omitempty"`
+}
+
+// TrainerResourceClaim is a device claim of each training node: a pod resource claim, and the
+// containers that use it.
+// +kubebuilder:validation:XValidation:rule="has(self.resourceClaimName) != has(self.resourceClaimTemplateName)",message="exactly one of resourceClaimName and resourceClaimTemplateName must be set"
+type TrainerResourceClaim struct {
+	// Name is the claim's name in the pod, which containers' resources.claims use: a DNS label.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// ResourceClaimName names a ResourceClaim of the TrainJob's namespace, which every node pod
+	// shares.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ResourceClaimName *string `json:"resourceClaimName,omitempty"`
+
+	// ResourceClaimTemplateName names a ResourceClaimTemplate of the TrainJob's namespace: each
+	// node pod gets a ResourceClaim of its own, made from it and deleted with the pod.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ResourceClaimTemplateName *string `json:"resourceClaimTemplateName,omitempty"`
+
+	// ContainerNames are the containers (or init containers) of the node pods that use the claim;
+	// each node pod must have them. Empty means the trainer container alone ("node", else
+	// "trainer").
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	ContainerNames []string `json:"containerNames,omitempty"`
 }
 
 // PodSpecOverride changes the Pod template of some of the runtime's jobs for one TrainJob.
@@ -371,6 +421,15 @@ type PodSpecPatch struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Containers []ContainerPatch `json:"containers,omitempty"`
+
+	// ResourceClaims are merged by name into the Pods' resource claims (Dynamic Resource
+	// Allocation, KEP-2782). The containers that use a claim name it in their resources.claims:
+	// in the runtime's template, or for the trainer container spec.trainer.resourcesPerNode.claims.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	ResourceClaims []corev1.PodResourceClaim `json:"resourceClaims,omitempty"`
 
 	// SchedulingGates are merged by name into the Pods' scheduling gates.
 	// +optional

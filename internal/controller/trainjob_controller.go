@@ -82,6 +82,7 @@ type TrainJobReconciler struct {
 // +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
+// +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains,verbs=create;patch
 
 // Reconcile brings one TrainJob's children in line with it and writes its status once.
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -6,7 +6,8 @@
 // The steps run in this order, each in its own file: start from the runtime's JobSet template;
 // apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
 // apply the initializers; apply the framework's policy; apply spec.podSpecOverrides and the pod
-// specs of spec.runtimePatches; merge the TrainJob's labels and annotations, then those of
+// specs of spec.runtimePatches; give the node pods their devices (spec.trainer.resourceClaimsPerNode,
+// the runtime's ComputeDomain); merge the TrainJob's labels and annotations, then those of
 // spec.runtimePatches; stamp the gang's labels (after the TrainJob's steps, so that
 // nothing in the TrainJob can remove them); write out JobSet's defaults; check that JobSet accepts
 // the names of the Jobs and pods, and that the JobSet's labels and annotations, copied into every
@@ -86,6 +87,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 		applyFailurePolicy,
 		applyRecovery,
 		applyPodPatches,
+		applyDevices,
 		keepLastLogLines,
 		applyMetadata,
 		labelJobs,

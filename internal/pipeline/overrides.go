@@ -142,10 +142,12 @@ func patchPodSpec(spec *corev1.PodSpec, pp podPatch, where string) field.ErrorLi
 		spec.Tolerations = append(spec.Tolerations, p.Tolerations...)
 	}
 	spec.Volumes = upsert.ByKey(spec.Volumes, upsert.VolumeName, p.Volumes...)
+	spec.ResourceClaims = upsert.ByKey(spec.ResourceClaims, upsert.PodClaimName, p.ResourceClaims...)
 	spec.SchedulingGates = upsert.ByKey(spec.SchedulingGates, upsert.GateName, p.SchedulingGates...)
 	spec.ImagePullSecrets = upsert.ByKey(spec.ImagePullSecrets, upsert.ReferenceName, p.ImagePullSecrets...)
-	return append(patchContainers(spec.InitContainers, p.InitContainers, path.Child("initContainers"), "init container", where),
-		patchContainers(spec.Containers, p.Containers, path.Child("containers"), "container", where)...)
+	return slices.Concat(checkPodResourceClaims(p.ResourceClaims, path.Child("resourceClaims")),
+		patchContainers(spec.InitContainers, p.InitContainers, path.Child("initContainers"), "init container", where),
+		patchContainers(spec.Containers, p.Containers, path.Child("containers"), "container", where))
 }
 
 func patchContainers(containers []corev1.Container, patches []trainer.ContainerPatch, path *field.Path, kind, where string) field.ErrorList {

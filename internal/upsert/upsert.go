@@ -38,6 +38,8 @@ func VolumeName(v corev1.Volume) string                  { return v.Name }
 func MountPath(m corev1.VolumeMount) string              { return m.MountPath }
 func GateName(g corev1.PodSchedulingGate) string         { return g.Name }
 func ReferenceName(r corev1.LocalObjectReference) string { return r.Name }
+func PodClaimName(c corev1.PodResourceClaim) string      { return c.Name }
+func ClaimName(c corev1.ResourceClaim) string            { return c.Name }
 
 // Port puts a container port into a list, replacing the entries of the same name and those of
 // the same number and protocol: the API server keys ports by number and protocol, so the same
@@ -83,7 +85,7 @@ func Resources(base corev1.ResourceRequirements, override corev1.ResourceRequire
 	override = *override.DeepCopy()
 	out.Limits = putAll(out.Limits, override.Limits)
 	out.Requests = putAll(out.Requests, override.Requests)
-	out.Claims = ByKey(out.Claims, func(c corev1.ResourceClaim) string { return c.Name }, override.Claims...)
+	out.Claims = ByKey(out.Claims, ClaimName, override.Claims...)
 	return out
 }
 

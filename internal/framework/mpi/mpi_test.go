@@ -447,3 +447,25 @@ func TestOpenMPIDefaultsYieldToWhatTheTrainJobSets(t *testing.T) {
 	assert.NotContains(t, env, "OMPI_MCA_orte_keep_fqdn_hostnames")
 	assert.Equal(t, "/etc/mpi/hostfile", env["I_MPI_HYDRA_HOST_FILE"])
 }
+
+// The node pods claim the TrainJob's devices: the node job's, and the launcher's only when it
+// runs as a node (it only runs mpirun otherwise, with the runtime's resources).
+func TestMPINodesClaimTheDevices(t *testing.T) {
+	gpus := []trainer.TrainerResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To("h100-x8")}}
+	for _, asNode := range []bool{false, true} {
+		children, err := buildMPI(trainJob().Trainer(&trainer.Trainer{ResourceClaimsPerNode: gpus}).Obj(),
+			mpiRuntime(3, &trainer.MPIMLPolicySource{RunLauncherAsNode: ptr.To(asNode)}).Obj())
+		require.NoError(t, err)
+		js := utiltesting.FromApplyConfiguration[jobsetv1alpha2.JobSet](t, children.JobSet)
+		for _, job := range js.Spec.ReplicatedJobs {
+			pod := job.Template.Spec.Template.Spec
+			if job.Name == "launcher" && !asNode {
+				require.Empty(t, pod.ResourceClaims, "launcher, runLauncherAsNode=%t", asNode)
+				require.Empty(t, pod.Containers[0].Resources.Claims, "launcher, runLauncherAsNode=%t", asNode)
+				continue
+			}
+			require.Equal(t, []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To("h100-x8")}}, pod.ResourceClaims, "%s, runLauncherAsNode=%t", job.Name, asNode)
+			require.Equal(t, []corev1.ResourceClaim{{Name: "gpus"}}, pod.Containers[0].Resources.Claims, "%s, runLauncherAsNode=%t", job.Name, asNode)
+		}
+	}
+}
