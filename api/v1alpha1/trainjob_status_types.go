@@ -360,6 +360,11 @@ type RuntimeSnapshot struct {
 	// RunPolicy is the runtime's run policy: the deadline and TTL of a TrainJob that sets none.
 	// +optional
 	RunPolicy *RunPolicy `json:"runPolicy,omitempty"`
+
+	// ComputeDomain is the runtime's ComputeDomain policy: the TrainJob has an NVIDIA
+	// ComputeDomain of its own, deleted once it finishes.
+	// +optional
+	ComputeDomain *ComputeDomainPolicy `json:"computeDomain,omitempty"`
 }
 
 // TrainerStatus is the progress of a TrainJob's trainer, as it reports it.

@@ -82,7 +82,7 @@ type TrainJobReconciler struct {
 // +kubebuilder:rbac:groups=jobset.x-k8s.io,resources=jobsets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
-// +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains,verbs=create;patch
+// +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains,verbs=get;create;patch;delete
 
 // Reconcile brings one TrainJob's children in line with it and writes its status once.
 func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -143,6 +143,9 @@ func (r *TrainJobReconciler) forget(key types.NamespacedName) {
 // conditions are final.
 func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	if err := r.autoscale(ctx, tj); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.deleteComputeDomain(ctx, tj); err != nil {
 		return ctrl.Result{}, err
 	}
 	js, err := r.jobSet(ctx, tj)

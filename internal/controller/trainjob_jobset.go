@@ -12,6 +12,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/csaupgrade"
@@ -70,6 +71,34 @@ func (r *TrainJobReconciler) deleteStoppedJobSet(ctx context.Context, js *jobset
 		return fmt.Errorf("deleting JobSet %s of the stopped TrainJob: %w", klog.KObj(js), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleted the JobSet of the TrainJob the operator stopped", "jobSet", klog.KObj(js))
+	return nil
+}
+
+// deleteComputeDomain deletes the NVIDIA ComputeDomain of a finished TrainJob whose runtime gave
+// it one (its status's runtime snapshot says so): its IMEX daemons keep their nodes until it
+// goes, and the pods that used its channel are done. Only the TrainJob's own, by its UID; one
+// already gone, or a cluster that no longer serves the kind, is nothing to do. It is read from the
+// API server, not a cache: the operator watches no ComputeDomain.
+func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *trainer.TrainJob) error {
+	if s := tj.Status.RuntimeSnapshot; s == nil || s.ComputeDomain == nil {
+		return nil
+	}
+	cd := &metav1.PartialObjectMetadata{}
+	cd.SetGroupVersionKind(pipeline.ComputeDomainGVK)
+	err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), cd)
+	switch {
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the ComputeDomain of the finished TrainJob: %w", err)
+	case !ours(cd, tj):
+		return nil
+	}
+	err = r.client.Delete(ctx, cd, client.Preconditions{UID: &cd.UID})
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting the ComputeDomain of the finished TrainJob: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted the ComputeDomain of the finished TrainJob", "computeDomain", klog.KObj(cd))
 	return nil
 }
 
@@ -187,10 +216,22 @@ func (r *TrainJobReconciler) createChildren(ctx context.Context, tj *trainer.Tra
 			if isNotOurs(err) {
 				return err
 			}
+			if apimeta.IsNoMatchError(err) {
+				return &notServedError{gvk: obj.GetObjectKind().GroupVersionKind()}
+			}
 			return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
 		}
 	}
 	return nil
+}
+
+// notServedError says that the cluster does not serve the kind of a child the runtime asks for
+// (a ComputeDomain without NVIDIA's driver).
+type notServedError struct{ gvk schema.GroupVersionKind }
+
+func (e *notServedError) Error() string {
+	return fmt.Sprintf("the runtime asks for a %s, which the cluster does not serve (%s): install its CRD (for a ComputeDomain, NVIDIA's DRA driver for GPUs), or run the TrainJob from a runtime that does not need it",
+		e.gvk.Kind, e.gvk.GroupVersion())
 }
 
 // writeJobSet writes the JobSet. The first time (js is nil: the cache has no JobSet), it is
@@ -265,6 +306,7 @@ func (r *TrainJobReconciler) takeOverCreatedFields(ctx context.Context, tj *trai
 // (JobSet's refuses what it will never accept that way). Anything else (conflicts, quota,
 // throttling, timeouts, a webhook that cannot be reached) may pass later and is retried.
 func permanent(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) ||
+	var notServed *notServedError
+	return errors.As(err, &notServed) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) ||
 		(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "denied the request"))
 }

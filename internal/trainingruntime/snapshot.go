@@ -161,15 +161,18 @@ func Snapshot(tj *trainer.TrainJob, rt *Runtime, labels map[string]string, owner
 }
 
 // record is the record of a snapshot a TrainJob's status keeps: its ConfigMap and digest, and the
-// runtime's policies, which choose its controllers and say when it stops, stalls and is deleted.
+// runtime's policies, which choose its controllers and say when it stops, stalls and is deleted,
+// and whether it has a ComputeDomain to delete once finished.
 func record(configMap, digest string, spec *trainer.TrainingRuntimeSpec) *trainer.RuntimeSnapshot {
 	return &trainer.RuntimeSnapshot{ConfigMap: configMap, Digest: digest, MLPolicy: spec.MLPolicy.DeepCopy(),
-		PodGroupPolicy: spec.PodGroupPolicy.DeepCopy(), StallPolicy: spec.StallPolicy.DeepCopy(), RunPolicy: spec.RunPolicy.DeepCopy()}
+		PodGroupPolicy: spec.PodGroupPolicy.DeepCopy(), StallPolicy: spec.StallPolicy.DeepCopy(), RunPolicy: spec.RunPolicy.DeepCopy(),
+		ComputeDomain: spec.ComputeDomain.DeepCopy()}
 }
 
 // summary is the runtime spec of a snapshot's record: its policies, without a template.
 func summary(snap *trainer.RuntimeSnapshot) *trainer.TrainingRuntimeSpec {
-	return &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy, RunPolicy: snap.RunPolicy}
+	return &trainer.TrainingRuntimeSpec{MLPolicy: snap.MLPolicy, PodGroupPolicy: snap.PodGroupPolicy, StallPolicy: snap.StallPolicy, RunPolicy: snap.RunPolicy,
+		ComputeDomain: snap.ComputeDomain}
 }
 
 func digest(data []byte) string {
