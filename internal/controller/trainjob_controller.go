@@ -117,8 +117,9 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 		}
 		r.told(ctx, tj, before, reason, all)
-		if stoppedByTheOperator(tj) {
-			// Its JobSet is deleted next (followFinished), whether or not the JobSet changes.
+		if stoppedByTheOperator(tj) || tj.Finished() && hasComputeDomain(tj) {
+			// Its JobSet, or its ComputeDomain, is deleted next (followFinished), whether or not
+			// the JobSet changes.
 			result = ctrl.Result{RequeueAfter: conflictRetry}
 		}
 	}

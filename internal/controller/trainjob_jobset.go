@@ -80,7 +80,7 @@ func (r *TrainJobReconciler) deleteStoppedJobSet(ctx context.Context, js *jobset
 // already gone, or a cluster that no longer serves the kind, is nothing to do. It is read from the
 // API server, not a cache: the operator watches no ComputeDomain.
 func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *trainer.TrainJob) error {
-	if s := tj.Status.RuntimeSnapshot; s == nil || s.ComputeDomain == nil {
+	if !hasComputeDomain(tj) {
 		return nil
 	}
 	cd := &metav1.PartialObjectMetadata{}
@@ -100,6 +100,12 @@ func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *traine
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleted the ComputeDomain of the finished TrainJob", "computeDomain", klog.KObj(cd))
 	return nil
+}
+
+// hasComputeDomain says whether the TrainJob's runtime gave it a ComputeDomain.
+func hasComputeDomain(tj *trainer.TrainJob) bool {
+	s := tj.Status.RuntimeSnapshot
+	return s != nil && s.ComputeDomain != nil
 }
 
 // applySuspend sets the JobSet's spec.suspend with server-side apply like every write of the

@@ -188,6 +188,41 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			want: []string{"spec.trainer.numProcPerNode", "numProcPerNode must be a positive integer, auto, cpu or gpu"},
 		},
 		{
+			name: "a device claim of both a claim and a template",
+			obj: tj("both-claims").Trainer(&trainer.Trainer{ResourceClaimsPerNode: []trainer.TrainerResourceClaim{
+				{Name: "gpus", ResourceClaimName: ptr.To("shared"), ResourceClaimTemplateName: ptr.To("h100-x8")},
+			}}).Obj(),
+			want: []string{"spec.trainer.resourceClaimsPerNode[0]", "exactly one of resourceClaimName and resourceClaimTemplateName must be set"},
+		},
+		{
+			name: "a device claim of neither a claim nor a template",
+			obj:  tj("no-claim").Trainer(&trainer.Trainer{ResourceClaimsPerNode: []trainer.TrainerResourceClaim{{Name: "gpus"}}}).Obj(),
+			want: []string{"spec.trainer.resourceClaimsPerNode[0]", "exactly one of resourceClaimName and resourceClaimTemplateName must be set"},
+		},
+		{
+			name: "a device claim whose name is not a DNS label",
+			obj: tj("bad-claim-name").Trainer(&trainer.Trainer{ResourceClaimsPerNode: []trainer.TrainerResourceClaim{
+				{Name: "GPUs", ResourceClaimTemplateName: ptr.To("h100-x8")},
+			}}).Obj(),
+			want: []string{"spec.trainer.resourceClaimsPerNode[0].name", "should match"},
+		},
+		{
+			name: "two device claims of one name",
+			obj: tj("same-claims").Trainer(&trainer.Trainer{ResourceClaimsPerNode: []trainer.TrainerResourceClaim{
+				{Name: "gpus", ResourceClaimTemplateName: ptr.To("h100-x8")}, {Name: "gpus", ResourceClaimName: ptr.To("shared")},
+			}}).Obj(),
+			want: []string{"spec.trainer.resourceClaimsPerNode[1]", "Duplicate value"},
+		},
+		{
+			name: "a ComputeDomain allocation mode NVIDIA's driver does not know",
+			obj: func() client.Object {
+				o := rt(utiltesting.MakeRuntimeSpec()).(*trainer.TrainingRuntime)
+				o.Spec.ComputeDomain = &trainer.ComputeDomainPolicy{AllocationMode: "Many"}
+				return o
+			}(),
+			want: []string{"spec.computeDomain.allocationMode", `Unsupported value: "Many"`, `"Single", "All"`},
+		},
+		{
 			name: "activeDeadlineSeconds of zero",
 			obj: func() client.Object {
 				o := tj("no-time").Obj()

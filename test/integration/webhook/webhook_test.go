@@ -110,6 +110,16 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"override of an init container the job lacks", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{InitContainers: []trainer.ContainerPatch{{Name: "fetch"}}}})
 		}), []string{`spec.podSpecOverrides[0].initContainers[0].name: Invalid value: "fetch"`, "has no init container of that name"}},
+		{"a device claim for a container the node pods lack", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{ResourceClaimsPerNode: []trainer.TrainerResourceClaim{
+				{Name: "gpus", ResourceClaimTemplateName: ptr.To("h100-x8"), ContainerNames: []string{"preprocessor"}}}}
+		}), []string{`spec.trainer.resourceClaimsPerNode[0].containerNames[0]: Invalid value: "preprocessor"`, `the node pods of replicated job "node" of ClusterTrainingRuntime "torch-distributed" have no container or init container of that name`}},
+		{"a resourcesPerNode claim the pods lack", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.Trainer = &trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}}}
+		}), []string{`spec.trainer.resourcesPerNode.claims[0].name: Invalid value: "gpus"`, `uses resource claim "gpus", which its pods do not have`}},
+		{"a pod override's claim of neither a claim nor a template", tjWith("torch-distributed", func(o *trainer.TrainJob) {
+			o.Spec.PodSpecOverrides = override(trainer.PodSpecOverride{PodSpecPatch: trainer.PodSpecPatch{ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus"}}}})
+		}), []string{`spec.podSpecOverrides[0].resourceClaims[0]: Invalid value: "gpus": exactly one of resourceClaimName and resourceClaimTemplateName must be set`}},
 		{"torch env set by hand", tjWith("torch-distributed", func(o *trainer.TrainJob) {
 			o.Spec.Trainer = &trainer.Trainer{Env: env("EPOCHS", "3", "PET_NNODES", "8")}
 		}), []string{"spec.trainer.env[1].name: Forbidden: PET_NNODES is set by the torch framework and may not be set by hand"}},
