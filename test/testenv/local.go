@@ -115,7 +115,8 @@ func NodeCapacity(cpu, memory, gpu string) corev1.ResourceList {
 //   - KWOK, faking o.Nodes nodes and the lifecycle of their pods: a pod of a Job runs for
 //     o.PodRunTime, then succeeds (see FailAnnotation and RunForAnnotation). KWOK also serves the
 //     fake nodes' resource metrics: a pod uses what its UsageCPUAnnotation and
-//     UsageMemoryAnnotation say,
+//     UsageMemoryAnnotation say. Each fake node's GPUs are also DRA devices (devices.go), which
+//     the scheduler allocates to pods' resource claims,
 //   - metrics-server, serving metrics.k8s.io (pods' and nodes' CPU and memory) through the API
 //     server's aggregator to the HorizontalPodAutoscaler controller and `kubectl top`.
 //
@@ -273,6 +274,9 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 		"--manage-nodes-with-label-selector=" + NodeLabel + "=kwok"}, kwokServerFlags(c.kwokAddr)...)...); err != nil {
 		return err
 	}
+	if err := c.addDeviceClass(context.Background()); err != nil {
+		return err
+	}
 	for i := range o.Nodes {
 		if err := c.AddNode(context.Background(), fmt.Sprintf("kwok-node-%d", i), o.NodeCapacity, nil); err != nil {
 			return err
@@ -297,7 +301,7 @@ func (c *Cluster) startLocal(o LocalOptions) error {
 }
 
 // AddNode adds a fake node of the given capacity and extra labels to a local cluster, and waits
-// until it is Ready: KWOK runs its pods.
+// until it is Ready: KWOK runs its pods. Its GPUs are published as DRA devices (publishGPUs).
 func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.ResourceList, labels map[string]string) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -328,6 +332,9 @@ func (c *Cluster) AddNode(ctx context.Context, name string, capacity corev1.Reso
 	maps.Copy(node.Labels, labels)
 	if err := c.Client.Create(ctx, node); err != nil {
 		return fmt.Errorf("adding node %s: %w", name, err)
+	}
+	if err := c.publishGPUs(ctx, node); err != nil {
+		return err
 	}
 	return c.waitForNode(ctx, name)
 }
