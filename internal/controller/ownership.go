@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
+	"github.com/trainjob/operator/internal/pipeline"
 )
 
 // The ownership rules, in one place. The operator changes, mounts or deletes only the objects it
@@ -57,11 +58,16 @@ func isNotOurs(err error) bool {
 
 // notOurs is the notOursError of obj.
 func notOurs(c client.Client, obj client.Object) error {
+	return &notOursError{kind: kindOf(c, obj), name: obj.GetName()}
+}
+
+// kindOf is the kind of obj, typed or unstructured, for messages.
+func kindOf(c client.Client, obj client.Object) string {
 	kind := obj.GetObjectKind().GroupVersionKind().Kind
 	if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); kind == "" && err == nil {
 		kind = gvk.Kind
 	}
-	return &notOursError{kind: kind, name: obj.GetName()}
+	return kind
 }
 
 // createChild creates obj, a child of the TrainJob built with its owner reference. When an object
@@ -91,7 +97,8 @@ func claimOrCreate(ctx context.Context, c client.Client, tj *trainer.TrainJob, o
 // the TrainJob's controller reference, with its UID, and it has no deletionTimestamp (a test for
 // null passes only when the field is absent). The API server applies none of it when a test
 // fails: that is a notOursError. The content is a ConfigMap's data, or a PodGroup's spec (a
-// PodGroup is unstructured here); a Secret's keys are never rewritten. A PodGroup's labels and
+// PodGroup is unstructured here); a Secret's keys and a ComputeDomain's spec (immutable) are never
+// rewritten. A PodGroup's (or ComputeDomain's) labels and
 // annotations (the label that puts it in the operator's cache, its spec hash) are then merged in
 // by a patch that holds only while the PodGroup is the one just proven the TrainJob's (its
 // resourceVersion): others' labels and annotations stay.
@@ -116,7 +123,11 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 		ops = append(ops, op{"add", "/spec", o.Spec})
 		relabel = o
 	case *unstructured.Unstructured:
-		ops = append(ops, op{"add", "/spec", o.Object["spec"]})
+		if o.GroupVersionKind() != pipeline.ComputeDomainGVK {
+			ops = append(ops, op{"add", "/spec", o.Object["spec"]})
+		}
+		// A ComputeDomain's spec cannot change: one proven the TrainJob's is kept as it is (its
+		// channel's template is named after the TrainJob all the same).
 		relabel = o
 	}
 	data, err := json.Marshal(ops)

@@ -73,6 +73,9 @@ type TrainJobReconciler struct {
 	refusedBuilds memo[refusedBuild]
 	// autoscalerHeld is the autoscaler not written, refused or someone else's (autoscale).
 	autoscalerHeld memo[heldAutoscaler]
+	// computeDomainGone are the finished TrainJobs whose ComputeDomain is known gone
+	// (deleteComputeDomain): not looked for again.
+	computeDomainGone memo[struct{}]
 }
 
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
@@ -117,7 +120,7 @@ func (r *TrainJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", werr))
 		}
 		r.told(ctx, tj, before, reason, all)
-		if stoppedByTheOperator(tj) || tj.Finished() && hasComputeDomain(tj) {
+		if stoppedByTheOperator(tj) || tj.Finished() && r.hasComputeDomain(ctx, tj) {
 			// Its JobSet, or its ComputeDomain, is deleted next (followFinished), whether or not
 			// the JobSet changes.
 			result = ctrl.Result{RequeueAfter: conflictRetry}
@@ -136,6 +139,7 @@ func (r *TrainJobReconciler) forget(key types.NamespacedName) {
 	r.warned.forget(key)
 	r.refusedBuilds.forget(key)
 	r.autoscalerHeld.forget(key)
+	r.computeDomainGone.forget(key)
 }
 
 // followFinished keeps a finished TrainJob's jobsStatus and READY in step with its JobSet, whose
@@ -143,10 +147,13 @@ func (r *TrainJobReconciler) forget(key types.NamespacedName) {
 // succeeded), and deletes the JobSet of one the operator stopped. Nothing else of it changes: its
 // conditions are final.
 func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
+	result, err := r.followFinishedJobSet(ctx, tj)
+	// Whatever became of the JobSet: one step's failure does not hold the other back.
+	return result, errors.Join(err, r.deleteComputeDomain(ctx, tj))
+}
+
+func (r *TrainJobReconciler) followFinishedJobSet(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	if err := r.autoscale(ctx, tj); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.deleteComputeDomain(ctx, tj); err != nil {
 		return ctrl.Result{}, err
 	}
 	js, err := r.jobSet(ctx, tj)

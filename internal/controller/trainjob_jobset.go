@@ -25,6 +25,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/pipeline"
+	"github.com/trainjob/operator/internal/trainingruntime"
 )
 
 // The TrainJob's JobSet: reading it, and writing it only as the ownership rules allow.
@@ -75,37 +76,45 @@ func (r *TrainJobReconciler) deleteStoppedJobSet(ctx context.Context, js *jobset
 }
 
 // deleteComputeDomain deletes the NVIDIA ComputeDomain of a finished TrainJob whose runtime gave
-// it one (its status's runtime snapshot says so): its IMEX daemons keep their nodes until it
-// goes, and the pods that used its channel are done. Only the TrainJob's own, by its UID; one
-// already gone, or a cluster that no longer serves the kind, is nothing to do. It is read from the
-// API server, not a cache: the operator watches no ComputeDomain.
+// it one (hasComputeDomain): its IMEX daemons keep their nodes until it goes, and the pods that
+// used its channel are done. Only the TrainJob's own, by its UID. It is read from the API server,
+// not a cache (the operator watches no ComputeDomain), until it is known gone: then never again
+// for this TrainJob while the manager runs.
 func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *trainer.TrainJob) error {
-	if !hasComputeDomain(tj) {
+	if _, gone := r.computeDomainGone.load(tj); gone || !r.hasComputeDomain(ctx, tj) {
 		return nil
 	}
 	cd := &metav1.PartialObjectMetadata{}
 	cd.SetGroupVersionKind(pipeline.ComputeDomainGVK)
 	err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(tj), cd)
 	switch {
-	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) || err == nil && !ours(cd, tj):
+		// None, or someone else's, or one being deleted: nothing to do, now or later.
+		r.computeDomainGone.store(tj, struct{}{})
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading the ComputeDomain of the finished TrainJob: %w", err)
-	case !ours(cd, tj):
-		return nil
 	}
 	err = r.client.Delete(ctx, cd, client.Preconditions{UID: &cd.UID})
-	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+	switch {
+	case err == nil:
+		ctrl.LoggerFrom(ctx).Info("Deleted the ComputeDomain of the finished TrainJob", "computeDomain", klog.KObj(cd))
+	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
 		return fmt.Errorf("deleting the ComputeDomain of the finished TrainJob: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Deleted the ComputeDomain of the finished TrainJob", "computeDomain", klog.KObj(cd))
+	r.computeDomainGone.store(tj, struct{}{})
 	return nil
 }
 
-// hasComputeDomain says whether the TrainJob's runtime gave it a ComputeDomain.
-func hasComputeDomain(tj *trainer.TrainJob) bool {
-	s := tj.Status.RuntimeSnapshot
-	return s != nil && s.ComputeDomain != nil
+// hasComputeDomain says whether the TrainJob's runtime gave it a ComputeDomain: its status's
+// snapshot says, or, for a TrainJob that finished before it recorded one (its JobSet refused, or
+// in someone else's way), the runtime as it is.
+func (r *TrainJobReconciler) hasComputeDomain(ctx context.Context, tj *trainer.TrainJob) bool {
+	if s := tj.Status.RuntimeSnapshot; s != nil {
+		return s.ComputeDomain != nil
+	}
+	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
+	return err == nil && rt.Spec.ComputeDomain != nil
 }
 
 // applySuspend sets the JobSet's spec.suspend with server-side apply like every write of the
@@ -225,7 +234,7 @@ func (r *TrainJobReconciler) createChildren(ctx context.Context, tj *trainer.Tra
 			if apimeta.IsNoMatchError(err) {
 				return &notServedError{gvk: obj.GetObjectKind().GroupVersionKind()}
 			}
-			return fmt.Errorf("creating %T %q: %w", obj, obj.GetName(), err)
+			return fmt.Errorf("creating %s %q: %w", kindOf(r.client, obj), obj.GetName(), err)
 		}
 	}
 	return nil

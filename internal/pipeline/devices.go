@@ -35,11 +35,8 @@ func ComputeDomainChannelTemplate(tj *trainer.TrainJob) string {
 func applyDevices(b *framework.Draft) error {
 	claims := slices.Clone(trainerClaims(b))
 	if policy := b.Runtime.Spec.ComputeDomain; policy != nil {
-		for i, c := range claims {
-			if c.Name == trainer.ComputeDomainChannelClaim {
-				return field.Invalid(claimsPath.Index(i).Child("name"), c.Name,
-					fmt.Sprintf("%s gives every node pod its ComputeDomain's channel under this name: choose another", b.Runtime))
-			}
+		if err := checkChannelName(b, claims); err != nil {
+			return err
 		}
 		claims = append(claims, trainer.TrainerResourceClaim{
 			Name:                      trainer.ComputeDomainChannelClaim,
@@ -58,6 +55,25 @@ func applyDevices(b *framework.Draft) error {
 }
 
 var claimsPath = framework.TrainerPath.Child("resourceClaimsPerNode")
+
+// checkChannelName refuses a claim of the TrainJob's, in spec.trainer or a pod patch, named as
+// the ComputeDomain's channel, which is the operator's to give under a runtime with one.
+func checkChannelName(b *framework.Draft, claims []trainer.TrainerResourceClaim) error {
+	taken := func(path *field.Path) error {
+		return field.Invalid(path, trainer.ComputeDomainChannelClaim,
+			fmt.Sprintf("%s gives every node pod its ComputeDomain's channel under this name: choose another", b.Runtime))
+	}
+	if i := slices.IndexFunc(claims, func(c trainer.TrainerResourceClaim) bool { return c.Name == trainer.ComputeDomainChannelClaim }); i >= 0 {
+		return taken(claimsPath.Index(i).Child("name"))
+	}
+	patches, _ := podPatches(b)
+	for _, p := range patches {
+		if i := slices.IndexFunc(p.patch.ResourceClaims, func(c corev1.PodResourceClaim) bool { return c.Name == trainer.ComputeDomainChannelClaim }); i >= 0 {
+			return taken(p.path.Child("resourceClaims").Index(i).Child("name"))
+		}
+	}
+	return nil
+}
 
 func trainerClaims(b *framework.Draft) []trainer.TrainerResourceClaim {
 	if t := b.TrainJob.Spec.Trainer; t != nil {
@@ -95,8 +111,12 @@ func claimDevices(b *framework.Draft, j int, claims []trainer.TrainerResourceCla
 			return err
 		}
 		for _, r := range users {
+			// A container that uses the claim already (a request of it, named in
+			// resourcesPerNode.claims or the runtime) keeps its use as it is.
 			resources := &b.Container(r).Resources
-			resources.Claims = upsert.ByKey(resources.Claims, upsert.ClaimName, corev1.ResourceClaim{Name: c.Name})
+			if !slices.ContainsFunc(resources.Claims, func(u corev1.ResourceClaim) bool { return u.Name == c.Name }) {
+				resources.Claims = append(resources.Claims, corev1.ResourceClaim{Name: c.Name})
+			}
 		}
 	}
 	return nil
@@ -110,10 +130,8 @@ func claimUsers(b *framework.Draft, j int, names []string, path *field.Path) ([]
 		if j == b.Trainer().Job {
 			return []framework.ContainerRef{b.Trainer()}, nil
 		}
-		for _, name := range trainerContainerNames {
-			if r, ok := b.ContainerNamed(j, name); ok {
-				return []framework.ContainerRef{r}, nil
-			}
+		if i := trainerContainer(b.JobSet.Spec.ReplicatedJobs[j].Template.Spec.Template.Spec.Containers); i >= 0 {
+			return []framework.ContainerRef{{Job: j, Index: i}}, nil
 		}
 		return nil, b.RuntimeError(field.Required(framework.RuntimeJobsPath.Index(j).Child("template", "spec", "template", "spec", "containers"),
 			fmt.Sprintf("the node job %q needs a container named %q or %q, which uses the node's device claims", job, trainerContainerNames[0], trainerContainerNames[1])))
@@ -131,9 +149,10 @@ func claimUsers(b *framework.Draft, j int, names []string, path *field.Path) ([]
 }
 
 // computeDomain is the TrainJob's ComputeDomain, named after it and owned by it. Its channel is
-// the ResourceClaimTemplate NVIDIA's driver makes for it. numNodes is left at 0, as the driver
-// recommends: it does not gate the pods' start, and would make a TrainJob resized while
-// suspended need a new ComputeDomain (its spec is immutable).
+// the ResourceClaimTemplate NVIDIA's driver makes for it. numNodes is 0, as the driver recommends
+// since its IMEX daemons find each other by DNS name (IMEXDaemonsWithDNSNames, on by default from
+// 25.8): it then gates nothing, and a TrainJob resized (elastic, or while suspended) keeps its
+// ComputeDomain, whose spec is immutable. It is written out, as the driver's 25.8 CRD requires.
 func computeDomain(b *framework.Draft, policy *trainer.ComputeDomainPolicy) *unstructured.Unstructured {
 	mode := policy.AllocationMode
 	if mode == "" {
@@ -142,10 +161,13 @@ func computeDomain(b *framework.Draft, policy *trainer.ComputeDomainPolicy) *uns
 	}
 	meta := b.ChildMeta(b.TrainJob.Name)
 	cd := &unstructured.Unstructured{Object: map[string]any{
-		"spec": map[string]any{"channel": map[string]any{
-			"resourceClaimTemplate": map[string]any{"name": ComputeDomainChannelTemplate(b.TrainJob)},
-			"allocationMode":        string(mode),
-		}},
+		"spec": map[string]any{
+			"numNodes": int64(0),
+			"channel": map[string]any{
+				"resourceClaimTemplate": map[string]any{"name": ComputeDomainChannelTemplate(b.TrainJob)},
+				"allocationMode":        string(mode),
+			},
+		},
 	}}
 	cd.SetGroupVersionKind(ComputeDomainGVK)
 	cd.SetName(meta.Name)
@@ -155,13 +177,21 @@ func computeDomain(b *framework.Draft, policy *trainer.ComputeDomainPolicy) *uns
 	return cd
 }
 
-// checkContainerClaims refuses a container whose resources.claims name no claim of its pod, which
-// Kubernetes refuses for every pod: at spec.trainer.resourcesPerNode.claims when the TrainJob
-// added it, else at the runtime's container.
+// checkContainerClaims refuses a container whose resources.claims name no claim of its pod, and a
+// request that is not a DNS label, which Kubernetes refuses for every pod: at
+// spec.trainer.resourcesPerNode.claims when the TrainJob added it, else at the runtime's container.
 func checkContainerClaims(b *framework.Draft) error {
 	var own []corev1.ResourceClaim
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.ResourcesPerNode != nil {
 		own = t.ResourcesPerNode.Claims
+	}
+	for i, c := range own {
+		if c.Request == "" {
+			continue
+		}
+		for _, detail := range validation.IsDNS1123Label(c.Request) {
+			return field.Invalid(framework.TrainerPath.Child("resourcesPerNode", "claims").Index(i).Child("request"), c.Request, detail)
+		}
 	}
 	for j := range b.JobSet.Spec.ReplicatedJobs {
 		job := &b.JobSet.Spec.ReplicatedJobs[j]
@@ -171,18 +201,23 @@ func checkContainerClaims(b *framework.Draft) error {
 				if slices.ContainsFunc(pod.ResourceClaims, func(p corev1.PodResourceClaim) bool { return p.Name == c.Name }) {
 					continue
 				}
-				return missingClaim(b, job, r, c, own)
+				return missingClaim(b, job, r, c)
 			}
 		}
 	}
 	return nil
 }
 
-func missingClaim(b *framework.Draft, job *jobsetv1alpha2.ReplicatedJob, r framework.ContainerRef, c corev1.ResourceClaim, own []corev1.ResourceClaim) error {
+// missingClaim is the error of container r, which uses claim c that its pods lack: the
+// TrainJob's, at its resourcesPerNode.claims, when the runtime's container did not use it.
+func missingClaim(b *framework.Draft, job *jobsetv1alpha2.ReplicatedJob, r framework.ContainerRef, c corev1.ResourceClaim) error {
 	detail := fmt.Sprintf("container %q of replicated job %q uses resource claim %q, which its pods do not have: "+
 		"add it to spec.trainer.resourceClaimsPerNode or the pods' resourceClaims", b.Container(r).Name, job.Name, c.Name)
-	if i := slices.IndexFunc(own, func(o corev1.ResourceClaim) bool { return o.Name == c.Name }); i >= 0 {
-		return field.Invalid(framework.TrainerPath.Child("resourcesPerNode", "claims").Index(i).Child("name"), c.Name, detail)
+	byName := func(u corev1.ResourceClaim) bool { return u.Name == c.Name }
+	if t := b.TrainJob.Spec.Trainer; t != nil && t.ResourcesPerNode != nil && !slices.ContainsFunc(b.RuntimeContainer(r).Resources.Claims, byName) {
+		if i := slices.IndexFunc(t.ResourcesPerNode.Claims, byName); i >= 0 {
+			return field.Invalid(framework.TrainerPath.Child("resourcesPerNode", "claims").Index(i).Child("name"), c.Name, detail)
+		}
 	}
 	return b.RuntimeError(field.Invalid(r.Path().Child("resources", "claims"), c.Name, detail))
 }

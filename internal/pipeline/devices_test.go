@@ -97,6 +97,27 @@ func TestDeviceClaims(t *testing.T) {
 				w.Container("node", "node", func(c *corev1.Container) { c.Resources.Claims = claims("scratch") })
 			},
 		},
+		"a trainer container that uses one request of a claim keeps that use, not the whole claim": {
+			runtime: fullRuntime().Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{
+				ResourceClaimsPerNode: []trainer.TrainerResourceClaim{gpus},
+				ResourcesPerNode:      &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus", Request: "fast"}}},
+			}).Obj(),
+			want: func(w *utiltesting.JobSetWrapper) {
+				w.PodSpec("node", func(s *corev1.PodSpec) { s.ResourceClaims = []corev1.PodResourceClaim{fromTemplate("gpus", "h100-x8")} }).
+					Container("node", "node", func(c *corev1.Container) {
+						c.Resources.Claims = []corev1.ResourceClaim{{Name: "gpus", Request: "fast"}}
+					})
+			},
+		},
+		"a container claim's request must be a DNS label": {
+			runtime: fullRuntime().Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{
+				ResourceClaimsPerNode: []trainer.TrainerResourceClaim{gpus},
+				ResourcesPerNode:      &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus", Request: "Not_A_Label"}}},
+			}).Obj(),
+			wantErr: `spec.trainer.resourcesPerNode.claims[0].request: Invalid value: "Not_A_Label": a lowercase RFC 1123 label`,
+		},
 		"a container that uses a claim its pods lack is refused at resourcesPerNode": {
 			runtime:  fullRuntime().Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{Claims: claims("gpus")}}).Obj(),
@@ -202,10 +223,13 @@ func TestAComputeDomainPerTrainJob(t *testing.T) {
 	require.Len(t, cd.GetOwnerReferences(), 1)
 	require.Equal(t, "llama-uid", string(cd.GetOwnerReferences()[0].UID))
 	require.True(t, ptr.Deref(cd.GetOwnerReferences()[0].Controller, false))
-	require.Equal(t, map[string]any{"channel": map[string]any{
-		"resourceClaimTemplate": map[string]any{"name": "llama-compute-domain-channel"},
-		"allocationMode":        "Single",
-	}}, cd.Object["spec"])
+	require.Equal(t, map[string]any{
+		"numNodes": int64(0),
+		"channel": map[string]any{
+			"resourceClaimTemplate": map[string]any{"name": "llama-compute-domain-channel"},
+			"allocationMode":        "Single",
+		},
+	}, cd.Object["spec"])
 
 	spec.ComputeDomain.AllocationMode = trainer.ComputeDomainAllocationAll
 	children, err = Build(tj, rt, plain.New())
@@ -214,10 +238,17 @@ func TestAComputeDomainPerTrainJob(t *testing.T) {
 	mode, _, _ := unstructured.NestedString(cd.Object, "spec", "channel", "allocationMode")
 	require.Equal(t, "All", mode)
 
-	// The channel's claim name is the operator's.
-	tj.Spec.Trainer.ResourceClaimsPerNode[0].Name = trainer.ComputeDomainChannelClaim
-	_, err = Build(tj, rt, plain.New())
+	// The channel's claim name is the operator's, in spec.trainer and in pod patches alike (which
+	// would give it to initializers too).
+	taken := tj.DeepCopy()
+	taken.Spec.Trainer.ResourceClaimsPerNode[0].Name = trainer.ComputeDomainChannelClaim
+	_, err = Build(taken, rt, plain.New())
 	require.ErrorContains(t, err, `spec.trainer.resourceClaimsPerNode[0].name: Invalid value: "compute-domain-channel": ClusterTrainingRuntime "torch-nvl72" gives every node pod its ComputeDomain's channel under this name: choose another`)
+	taken = tj.DeepCopy()
+	taken.Spec.PodSpecOverrides = []trainer.PodSpecOverride{{PodSpecPatch: trainer.PodSpecPatch{
+		ResourceClaims: []corev1.PodResourceClaim{fromTemplate("scratch", "nvme"), fromTemplate(trainer.ComputeDomainChannelClaim, "mine")}}}}
+	_, err = Build(taken, rt, plain.New())
+	require.ErrorContains(t, err, `spec.podSpecOverrides[0].resourceClaims[1].name: Invalid value: "compute-domain-channel": ClusterTrainingRuntime "torch-nvl72" gives every node pod`)
 }
 
 func TestNoDevicesNoComputeDomain(t *testing.T) {

@@ -39,12 +39,7 @@ func applyTrainer(b *framework.Draft) error {
 		return b.RuntimeError(field.Invalid(framework.RuntimeJobsPath.Index(jobs[0]).Child("replicas"), job.Replicas,
 			"the trainer job must have 1 replica: its numNodes pods are one Job, whose pod indexes are the ranks"))
 	}
-	container := -1
-	for _, name := range trainerContainerNames {
-		if container = containerIndex(job.Template.Spec.Template.Spec.Containers, name); container >= 0 {
-			break
-		}
-	}
+	container := trainerContainer(job.Template.Spec.Template.Spec.Containers)
 	if container < 0 {
 		return b.RuntimeError(field.Required(framework.RuntimeJobsPath.Index(jobs[0]).Child("template", "spec", "template", "spec", "containers"),
 			fmt.Sprintf("the trainer job %q needs a container named %q or %q", job.Name, trainerContainerNames[0], trainerContainerNames[1])))
@@ -119,6 +114,17 @@ func ancestorJobs(b *framework.Draft, ancestor string) []int {
 		}
 	}
 	return jobs
+}
+
+// trainerContainer is the index of the trainer container among a pod's containers (the first of
+// trainerContainerNames it has), or -1.
+func trainerContainer(containers []corev1.Container) int {
+	for _, name := range trainerContainerNames {
+		if i := containerIndex(containers, name); i >= 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 func containerIndex(containers []corev1.Container, name string) int {

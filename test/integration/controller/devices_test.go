@@ -55,7 +55,7 @@ func TestAComputeDomainComesAndGoesWithItsTrainJob(t *testing.T) {
 	tj = got(t, tj)
 	assert.True(t, metav1.IsControlledBy(cd, tj), "the ComputeDomain is not the TrainJob's")
 	assert.Equal(t, map[string]any{
-		"numNodes": int64(0), // The CRD's default, which the operator leaves alone.
+		"numNodes": int64(0), // Written out: NVIDIA's 25.8 CRD requires it.
 		"channel":  map[string]any{"allocationMode": "All", "resourceClaimTemplate": map[string]any{"name": "llama-compute-domain-channel"}},
 	}, cd.Object["spec"])
 	pod := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec
@@ -82,7 +82,7 @@ func TestSomeoneElsesComputeDomainIsLeftAlone(t *testing.T) {
 	ns := newNamespace(t)
 	computeDomainRuntime(t, ns)
 	theirs := computeDomain(ns, "taken")
-	theirs.Object["spec"] = map[string]any{"channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "their-channel"}}}
+	theirs.Object["spec"] = map[string]any{"numNodes": int64(2), "channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "their-channel"}}}
 	require.NoError(t, k8sClient.Create(ctx, theirs))
 	tj := utiltesting.MakeTrainJob("taken", ns).RuntimeRef(trainer.TrainingRuntimeKind, "nvl72").Obj()
 	require.NoError(t, k8sClient.Create(ctx, tj))
@@ -99,4 +99,29 @@ func TestSomeoneElsesComputeDomainIsLeftAlone(t *testing.T) {
 	assert.Equal(t, theirs.GetResourceVersion(), after.GetResourceVersion(), "someone else's ComputeDomain was changed")
 	assert.True(t, apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(tj), &jobsetv1alpha2.JobSet{})),
 		"the JobSet was made without the TrainJob's own ComputeDomain")
+}
+
+// A ComputeDomain the TrainJob made earlier, whose spec differs from what it builds now (its
+// runtime changed before the TrainJob's first JobSet recorded it), is used as it is: its spec
+// cannot change, and its channel's template has the TrainJob's name all the same.
+func TestAnEarlierComputeDomainOfTheTrainJobsIsUsedAsItIs(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	// The runtime comes later: the TrainJob waits for it.
+	tj := utiltesting.MakeTrainJob("earlier", ns).RuntimeRef(trainer.TrainingRuntimeKind, "nvl72").Obj()
+	require.NoError(t, k8sClient.Create(ctx, tj))
+	earlier := computeDomain(ns, "earlier")
+	earlier.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind,
+		Name: tj.Name, UID: tj.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}})
+	earlier.Object["spec"] = map[string]any{"numNodes": int64(0), "channel": map[string]any{
+		"allocationMode": "Single", "resourceClaimTemplate": map[string]any{"name": "earlier-compute-domain-channel"}}}
+	require.NoError(t, k8sClient.Create(ctx, earlier))
+
+	computeDomainRuntime(t, ns) // allocationMode All.
+	waitForJobSet(t, tj, func(*assert.CollectT, *jobsetv1alpha2.JobSet) {})
+	after := computeDomain(ns, "earlier")
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(after), after))
+	assert.Equal(t, earlier.GetUID(), after.GetUID(), "the TrainJob's ComputeDomain was made anew")
+	assert.Equal(t, earlier.Object["spec"], after.Object["spec"])
+	assert.Equal(t, map[string]string{trainer.TrainJobNameLabel: "earlier"}, after.GetLabels(), "the operator's label")
 }
