@@ -93,10 +93,18 @@ func PodGroupObject(policy *trainer.PodGroupPolicy) client.Object {
 // Stamp joins the JobSet's gang members to their gang: the Coscheduling label, the Volcano
 // annotation or Kubernetes' own schedulingGroup on the pod template of every member job; for KAI,
 // the queue label on the JobSet and every pod template. It runs last in the pipeline, so that nothing in the TrainJob can remove it.
+// It refuses an elastic training under Kubernetes' own gang scheduling, which could not resize it.
 func Stamp(b *framework.Draft) error {
 	policy := b.Runtime.Spec.PodGroupPolicy
 	if policy == nil {
 		return nil
+	}
+	if policy.Workload != nil && framework.ElasticPolicy(b.MLPolicy()) != nil {
+		// Kubernetes' JobValidation admission refuses to change the parallelism of a Job whose
+		// pods name a gang PodGroup: an elastic trainer job could never be resized.
+		return b.RuntimeError(field.Forbidden(field.NewPath("spec", "podGroupPolicy", "workload"),
+			"Kubernetes' own gang scheduling cannot run an elastic training (mlPolicy.torch.elasticPolicy): Kubernetes refuses to change "+
+				"the parallelism of a Job whose pods belong to a gang, so the trainer job could not be resized; use coscheduling, volcano or kaiScheduler"))
 	}
 	js, name := b.JobSet, b.TrainJob.Name
 	gang := members(js)

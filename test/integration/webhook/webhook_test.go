@@ -251,6 +251,10 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			[]string{`spec.template.spec.replicatedJobs: Required value: MPI runs its processes on the pods of a replicated job named "node"`}},
 		{"a cluster torch runtime that sets torchrun's env", ctr(utiltesting.MakeRuntimeSpec().ReplicatedJobs(withEnv(node, "PET_MASTER_PORT", "1")).Torch(&trainer.TorchMLPolicySource{})),
 			[]string{"containers[0].env[0].name: Forbidden: PET_MASTER_PORT is set by the torch framework"}},
+		{"an elastic torch runtime under Kubernetes' own gang scheduling, which could never resize it", rt("r16", utiltesting.MakeRuntimeSpec().
+			Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)}}).
+			PodGroupPolicy(trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}})),
+			[]string{`TrainingRuntime.trainer.kubeflow.org "r16" is invalid: spec.podGroupPolicy.workload: Forbidden: Kubernetes' own gang scheduling cannot run an elastic training (mlPolicy.torch.elasticPolicy): Kubernetes refuses to change the parallelism of a Job whose pods belong to a gang`}},
 		{"a torch runtime that injects torchrun's env into a job it lacks", rt("r15", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
 			Targets: []trainer.EnvInjectionTarget{{JobName: "evaluator", ContainerNames: []string{"eval"}}},
 		}})), []string{`TrainingRuntime.trainer.kubeflow.org "r15" is invalid: spec.mlPolicy.torch.envInjection.targets[0].jobName: Invalid value: "evaluator": the runtime's template has no replicated job of that name`}},
