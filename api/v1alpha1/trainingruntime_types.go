@@ -151,8 +151,8 @@ type TrainingRuntimeSpec struct {
 	// TrainJob and owned by it, before the JobSet, and every node pod claims its IMEX channel
 	// (the pod resource claim "compute-domain-channel", used by the trainer container, from the
 	// ResourceClaimTemplate "<trainjob>-compute-domain-channel" that NVIDIA's driver makes for the
-	// ComputeDomain). The ComputeDomain is deleted once the TrainJob finishes. This operator's
-	// field: upstream Kubeflow Trainer has none.
+	// ComputeDomain). The ComputeDomain is deleted once the TrainJob finished and its pods
+	// stopped. This operator's field: upstream Kubeflow Trainer has none.
 	// +optional
 	ComputeDomain *ComputeDomainPolicy `json:"computeDomain,omitempty"`
 

@@ -149,7 +149,11 @@ func (r *TrainJobReconciler) forget(key types.NamespacedName) {
 func (r *TrainJobReconciler) followFinished(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {
 	result, err := r.followFinishedJobSet(ctx, tj)
 	// Whatever became of the JobSet: one step's failure does not hold the other back.
-	return result, errors.Join(err, r.deleteComputeDomain(ctx, tj))
+	wait, cdErr := r.deleteComputeDomain(ctx, tj)
+	if wait > 0 && (result.RequeueAfter == 0 || wait < result.RequeueAfter) {
+		result.RequeueAfter = wait
+	}
+	return result, errors.Join(err, cdErr)
 }
 
 func (r *TrainJobReconciler) followFinishedJobSet(ctx context.Context, tj *trainer.TrainJob) (ctrl.Result, error) {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,13 +78,23 @@ func (r *TrainJobReconciler) deleteStoppedJobSet(ctx context.Context, js *jobset
 }
 
 // deleteComputeDomain deletes the NVIDIA ComputeDomain of a finished TrainJob whose runtime gave
-// it one (hasComputeDomain): its IMEX daemons keep their nodes until it goes, and the pods that
-// used its channel are done. Only the TrainJob's own, by its UID. It is read from the API server,
-// not a cache (the operator watches no ComputeDomain), until it is known gone: then never again
-// for this TrainJob while the manager runs.
-func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *trainer.TrainJob) error {
+// it one (hasComputeDomain), once none of its JobSet's pods still runs: not even one stopping,
+// whose grace period may be a checkpoint's collective over the channel. Until then it says when to
+// look again. Its IMEX daemons keep their nodes until it goes. Only the TrainJob's own, by its
+// UID. It is read from the API server, not a cache (the operator watches no ComputeDomain), until
+// it is known gone: then never again for this TrainJob while the manager runs.
+func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *trainer.TrainJob) (time.Duration, error) {
 	if _, gone := r.computeDomainGone.load(tj); gone || !r.hasComputeDomain(ctx, tj) {
-		return nil
+		return 0, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.apiReader.List(ctx, pods, client.InNamespace(tj.Namespace), client.MatchingLabels{jobsetv1alpha2.JobSetNameKey: tj.Name}); err != nil {
+		return 0, fmt.Errorf("listing the pods of the finished TrainJob, before deleting its ComputeDomain: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return computeDomainRetry, nil
+		}
 	}
 	cd := &metav1.PartialObjectMetadata{}
 	cd.SetGroupVersionKind(pipeline.ComputeDomainGVK)
@@ -91,27 +103,31 @@ func (r *TrainJobReconciler) deleteComputeDomain(ctx context.Context, tj *traine
 	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) || err == nil && !ours(cd, tj):
 		// None, or someone else's, or one being deleted: nothing to do, now or later.
 		r.computeDomainGone.store(tj, struct{}{})
-		return nil
+		return 0, nil
 	case err != nil:
-		return fmt.Errorf("reading the ComputeDomain of the finished TrainJob: %w", err)
+		return 0, fmt.Errorf("reading the ComputeDomain of the finished TrainJob: %w", err)
 	}
 	err = r.client.Delete(ctx, cd, client.Preconditions{UID: &cd.UID})
 	switch {
 	case err == nil:
 		ctrl.LoggerFrom(ctx).Info("Deleted the ComputeDomain of the finished TrainJob", "computeDomain", klog.KObj(cd))
 	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
-		return fmt.Errorf("deleting the ComputeDomain of the finished TrainJob: %w", err)
+		return 0, fmt.Errorf("deleting the ComputeDomain of the finished TrainJob: %w", err)
 	}
 	r.computeDomainGone.store(tj, struct{}{})
-	return nil
+	return 0, nil
 }
+
+// computeDomainRetry is how often a finished TrainJob's pods are looked at again while one still
+// runs, before its ComputeDomain is deleted.
+const computeDomainRetry = 5 * time.Second
 
 // hasComputeDomain says whether the TrainJob's runtime gave it a ComputeDomain: its status's
 // snapshot says, or, for a TrainJob that finished before it recorded one (its JobSet refused, or
 // in someone else's way), the runtime as it is.
 func (r *TrainJobReconciler) hasComputeDomain(ctx context.Context, tj *trainer.TrainJob) bool {
-	if s := tj.Status.RuntimeSnapshot; s != nil {
-		return s.ComputeDomain != nil
+	if trainingruntime.SnapshotRecorded(tj) {
+		return tj.Status.RuntimeSnapshot.ComputeDomain != nil
 	}
 	rt, err := trainingruntime.Resolve(ctx, r.client, tj)
 	return err == nil && rt.Spec.ComputeDomain != nil

@@ -366,6 +366,14 @@ func ElasticBounds(p *trainer.TorchElasticPolicy) (minNodes, maxNodes int32) {
 	return minNodes, ptr.Deref(p.MaxNodes, minNodes)
 }
 
+// ClaimsDevices reports whether the trainer container uses resource claims (Dynamic Resource
+// Allocation): the runtime's, or the TrainJob's resourcesPerNode.claims or resourceClaimsPerNode,
+// which reach it later in the build. Their devices are not counted as GPUs.
+func ClaimsDevices(b *Draft) bool {
+	t := b.TrainJob.Spec.Trainer
+	return len(b.TrainerContainer().Resources.Claims) > 0 || t != nil && len(t.ResourceClaimsPerNode) > 0
+}
+
 // ApplyResourcesPerNode merges the TrainJob's spec.trainer.resourcesPerNode into a container's
 // resources (upsert.Resources: what it does not name stays the runtime's). A request the merge
 // leaves above its limit, which Kubernetes refuses for every pod, is an error naming the field.

@@ -99,12 +99,15 @@ func Stamp(b *framework.Draft) error {
 	if policy == nil {
 		return nil
 	}
-	if policy.Workload != nil && framework.ElasticPolicy(b.MLPolicy()) != nil {
+	if elastic := framework.ElasticPolicyFor(b.TrainJob, b.MLPolicy()); policy.Workload != nil && elastic != nil {
 		// Kubernetes' JobValidation admission refuses to change the parallelism of a Job whose
-		// pods name a gang PodGroup: an elastic trainer job could never be resized.
-		return b.RuntimeError(field.Forbidden(field.NewPath("spec", "podGroupPolicy", "workload"),
-			"Kubernetes' own gang scheduling cannot run an elastic training (mlPolicy.torch.elasticPolicy): Kubernetes refuses to change "+
-				"the parallelism of a Job whose pods belong to a gang, so the trainer job could not be resized; use coscheduling, volcano or kaiScheduler"))
+		// pods name a gang PodGroup: an elastic trainer job could never be resized. Bounds of
+		// one size (the TrainJob's own may narrow them so) resize nothing.
+		if minNodes, maxNodes := framework.ElasticBounds(elastic); minNodes < maxNodes {
+			return b.RuntimeError(field.Forbidden(field.NewPath("spec", "podGroupPolicy", "workload"),
+				"Kubernetes' own gang scheduling cannot run an elastic training (mlPolicy.torch.elasticPolicy, minNodes below maxNodes): Kubernetes refuses to change "+
+					"the parallelism of a Job whose pods belong to a gang, so the trainer job could not be resized; use coscheduling, volcano or kaiScheduler"))
+		}
 	}
 	js, name := b.JobSet, b.TrainJob.Name
 	gang := members(js)

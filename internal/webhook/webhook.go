@@ -401,12 +401,35 @@ func (w *trainJobWebhook) validateAgainst(ctx context.Context, tj *trainer.Train
 		}
 		return nil, invalid(trainer.TrainJobKind, tj.Name, err)
 	}
+	warnings = append(warnings, deviceWarnings(tj, rt.Spec.MLPolicy)...)
 	if _, queued := tj.Labels[trainer.KueueQueueLabel]; queued {
 		if elastic := framework.ElasticPolicy(rt.Spec.MLPolicy); elastic != nil && len(elastic.Metrics) > 0 {
 			warnings = append(warnings, "metadata.labels: queued by Kueue, the TrainJob gets no autoscaler from its runtime's elasticPolicy.metrics, and keeps the size Kueue admitted while it runs: Kueue stops a TrainJob whose size changes")
 		}
 	}
 	return warnings, nil
+}
+
+// deviceWarnings warns a torch TrainJob whose processes per node are "auto" and that claims its
+// devices (resourceClaimsPerNode): auto counts the trainer container's GPU resources, else its
+// CPUs, not the GPUs of a claim, whose number is in a template the operator does not read.
+func deviceWarnings(tj *trainer.TrainJob, policy *trainer.MLPolicy) admission.Warnings {
+	t := tj.Spec.Trainer
+	if t == nil || len(t.ResourceClaimsPerNode) == 0 || policy == nil || policy.Torch == nil {
+		return nil
+	}
+	value := "auto"
+	if policy.Torch.NumProcPerNode != nil {
+		value = policy.Torch.NumProcPerNode.String()
+	}
+	if t.NumProcPerNode != nil {
+		value = t.NumProcPerNode.String()
+	}
+	if value != "auto" || t.ResourcesPerNode != nil && framework.GPUsOf(t.ResourcesPerNode) > 0 {
+		return nil
+	}
+	return admission.Warnings{"spec.trainer.numProcPerNode: auto runs one process per GPU resource of the trainer container, else per CPU: " +
+		"the GPUs of resourceClaimsPerNode are not counted (their number is in the ResourceClaimTemplate); set numProcPerNode to a number"}
 }
 
 // maxArgument is the longest a single argument or environment string may be when a process
@@ -465,10 +488,32 @@ func kueueWarnings(tj *trainer.TrainJob) admission.Warnings {
 	if tj.Spec.TTLSecondsAfterFinished != nil {
 		warnings = append(warnings, "spec.ttlSecondsAfterFinished: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field): set the runtime's runPolicy.ttlSecondsAfterFinished instead")
 	}
+	if t := tj.Spec.Trainer; t != nil && len(t.ResourceClaimsPerNode) > 0 {
+		warnings = append(warnings, "spec.trainer.resourceClaimsPerNode: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field), "+
+			"and its devices count against no quota: claim them in the runtime's pod templates")
+	}
+	if claimsInPatches(tj) {
+		warnings = append(warnings, "spec.runtimePatches: a patch's resourceClaims: Kueue drops them when it updates the TrainJob (upstream Kubeflow Trainer has no such field): claim the devices in the runtime's pod templates")
+	}
 	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil && t.NumProcPerNode.Type == intstr.String {
 		warnings = append(warnings, fmt.Sprintf("spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read %q: write a number", t.NumProcPerNode.StrVal))
 	}
 	return warnings
+}
+
+// claimsInPatches reports whether a pod spec of the TrainJob's runtime patches claims devices.
+func claimsInPatches(tj *trainer.TrainJob) bool {
+	for _, rp := range tj.Spec.RuntimePatches {
+		if rp.TrainingRuntimeSpec == nil || rp.TrainingRuntimeSpec.Template == nil || rp.TrainingRuntimeSpec.Template.Spec == nil {
+			continue
+		}
+		for _, job := range rp.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs {
+			if t := job.Template; t != nil && t.Spec != nil && t.Spec.Template != nil && t.Spec.Template.Spec != nil && len(t.Spec.Template.Spec.ResourceClaims) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // running reports whether a TrainJob's JobSet may have pods: it is not suspended.

@@ -231,6 +231,9 @@ func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (in
 	case "gpu":
 		switch {
 		case gpus > 0:
+		case framework.ClaimsDevices(b):
+			return 0, field.Invalid(framework.TrainerPath.Child("numProcPerNode"), value, fmt.Sprintf(
+				"one process per GPU, and the trainer container %q gets its devices from resource claims, whose GPUs the operator does not count (their number is in a ResourceClaimTemplate): set numProcPerNode to a number", c.Name))
 		case b.TrainJob.Spec.Trainer != nil && b.TrainJob.Spec.Trainer.NumProcPerNode != nil:
 			return 0, invalid(fmt.Sprintf("the trainer container %q has no GPU resource", c.Name))
 		default:

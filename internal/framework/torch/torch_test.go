@@ -119,6 +119,12 @@ func TestTorch(t *testing.T) {
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("8", "")}).Obj(),
 			wantErr:  `spec.trainer.resourcesPerNode: Required value: TrainingRuntime "torch" runs one process per GPU (mlPolicy.torch.numProcPerNode: gpu), and the trainer container "node" has no GPU resource: give the nodes GPUs`,
 		},
+		"the runtime's gpu with GPUs that come from resource claims asks for a number, which the claims do not say": {
+			runtime: utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromString("gpu"))}).Obj(),
+			trainJob: tj().Trainer(&trainer.Trainer{ResourceClaimsPerNode: []trainer.TrainerResourceClaim{
+				{Name: "gpus", ResourceClaimTemplateName: ptr.To("h100-x8")}}}).Obj(),
+			wantErr: `spec.trainer.numProcPerNode: Invalid value: "gpu": one process per GPU, and the trainer container "node" gets its devices from resource claims, whose GPUs the operator does not count (their number is in a ResourceClaimTemplate): set numProcPerNode to a number`,
+		},
 		"an explicit number is used as is, even with GPUs": {
 			runtime:  utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{NumProcPerNode: ptr.To(intstr.FromInt32(3))}).Obj(),
 			trainJob: tj().Trainer(&trainer.Trainer{ResourcesPerNode: resources("", "8")}).Obj(),

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,7 +40,7 @@ func computeDomain(ns, name string) *unstructured.Unstructured {
 
 // A runtime's computeDomain gives each TrainJob an NVIDIA ComputeDomain of its own, made before
 // its JobSet, whose channel every node pod claims beside the TrainJob's own devices; it is deleted
-// once the TrainJob finishes.
+// once the TrainJob finished and none of its pods runs.
 func TestAComputeDomainComesAndGoesWithItsTrainJob(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -67,7 +68,20 @@ func TestAComputeDomainComesAndGoesWithItsTrainJob(t *testing.T) {
 	require.NotNil(t, tj.Status.RuntimeSnapshot)
 	assert.Equal(t, &trainer.ComputeDomainPolicy{AllocationMode: trainer.ComputeDomainAllocationAll}, tj.Status.RuntimeSnapshot.ComputeDomain)
 
+	// A pod of the JobSet still stopping (its grace period, a checkpoint's) keeps the
+	// ComputeDomain, whose channel it may still use.
+	stopping := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "llama-node-0-0-abcde", Namespace: ns, Labels: map[string]string{jobsetv1alpha2.JobSetNameKey: "llama"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "node", Image: "trainer"}}},
+	}
+	require.NoError(t, k8sClient.Create(ctx, stopping))
+	stopping.Status.Phase = corev1.PodRunning
+	require.NoError(t, k8sClient.Status().Update(ctx, stopping))
 	finish(t, tj)
+	time.Sleep(2 * time.Second)
+	require.NoError(t, k8sClient.Get(ctx, client.ObjectKeyFromObject(cd), computeDomain(ns, "llama")), "the ComputeDomain went while a pod ran")
+	stopping.Status.Phase = corev1.PodSucceeded
+	require.NoError(t, k8sClient.Status().Update(ctx, stopping))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(cd), computeDomain(ns, "llama"))
 		assert.True(c, apierrors.IsNotFound(err), "the finished TrainJob's ComputeDomain is still there: %v", err)

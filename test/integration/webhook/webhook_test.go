@@ -254,7 +254,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"an elastic torch runtime under Kubernetes' own gang scheduling, which could never resize it", rt("r16", utiltesting.MakeRuntimeSpec().
 			Torch(&trainer.TorchMLPolicySource{ElasticPolicy: &trainer.TorchElasticPolicy{MinNodes: ptr.To[int32](1), MaxNodes: ptr.To[int32](4)}}).
 			PodGroupPolicy(trainer.PodGroupPolicySource{Workload: &trainer.WorkloadPodGroupPolicySource{}})),
-			[]string{`TrainingRuntime.trainer.kubeflow.org "r16" is invalid: spec.podGroupPolicy.workload: Forbidden: Kubernetes' own gang scheduling cannot run an elastic training (mlPolicy.torch.elasticPolicy): Kubernetes refuses to change the parallelism of a Job whose pods belong to a gang`}},
+			[]string{`TrainingRuntime.trainer.kubeflow.org "r16" is invalid: spec.podGroupPolicy.workload: Forbidden: Kubernetes' own gang scheduling cannot run an elastic training (mlPolicy.torch.elasticPolicy, minNodes below maxNodes): Kubernetes refuses to change the parallelism of a Job whose pods belong to a gang`}},
 		{"a torch runtime that injects torchrun's env into a job it lacks", rt("r15", utiltesting.MakeRuntimeSpec().Torch(&trainer.TorchMLPolicySource{EnvInjection: &trainer.EnvInjection{
 			Targets: []trainer.EnvInjectionTarget{{JobName: "evaluator", ContainerNames: []string{"eval"}}},
 		}})), []string{`TrainingRuntime.trainer.kubeflow.org "r15" is invalid: spec.mlPolicy.torch.envInjection.targets[0].jobName: Invalid value: "evaluator": the runtime's template has no replicated job of that name`}},
@@ -372,6 +372,40 @@ func TestKueueWarnings(t *testing.T) {
 		"spec.progressDeadlineSeconds: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field): set the runtime's stallPolicy instead",
 		"spec.ttlSecondsAfterFinished: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer v2.2 has no such field): set the runtime's runPolicy.ttlSecondsAfterFinished instead",
 		`spec.trainer.numProcPerNode: Kueue reads it as an integer (as upstream Kubeflow Trainer has it) and cannot read "auto": write a number`,
+	}, collected.Texts())
+}
+
+// Devices claimed by a TrainJob: Kueue would drop them (and count them against no quota), and
+// torch's auto cannot count their GPUs.
+func TestDeviceClaimWarnings(t *testing.T) {
+	ns := newNamespace(t)
+	c, collected, err := testenv.ClientWithWarnings(restCfg)
+	require.NoError(t, err)
+	gpus := []trainer.TrainerResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To("h100-x8")}}
+
+	counted := utiltesting.MakeTrainJob("counted", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").
+		Trainer(&trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromInt32(8)), ResourceClaimsPerNode: gpus}).Obj()
+	require.NoError(t, c.Create(context.Background(), counted))
+	assert.Empty(t, collected.Texts())
+
+	auto := utiltesting.MakeTrainJob("auto", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").
+		Trainer(&trainer.Trainer{ResourceClaimsPerNode: gpus}).Obj()
+	require.NoError(t, c.Create(context.Background(), auto))
+	assert.Equal(t, []string{"spec.trainer.numProcPerNode: auto runs one process per GPU resource of the trainer container, else per CPU: " +
+		"the GPUs of resourceClaimsPerNode are not counted (their number is in the ResourceClaimTemplate); set numProcPerNode to a number"}, collected.Texts())
+
+	queued := utiltesting.MakeTrainJob("queued", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed").
+		Trainer(&trainer.Trainer{NumProcPerNode: ptr.To(intstr.FromInt32(8)), ResourceClaimsPerNode: gpus}).
+		RuntimePatches(utiltesting.JobPatch("user", utiltesting.PodPatch("node", nil, &trainer.PodSpecPatch{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "scratch", ResourceClaimTemplateName: ptr.To("nvme")}}}))).Obj()
+	queued.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
+	require.NoError(t, c.Create(context.Background(), queued))
+	assert.Equal(t, []string{
+		"spec.trainer.numProcPerNode: auto runs one process per GPU resource of the trainer container, else per CPU: " +
+			"the GPUs of resourceClaimsPerNode are not counted (their number is in the ResourceClaimTemplate); set numProcPerNode to a number",
+		"spec.trainer.resourceClaimsPerNode: Kueue drops this field when it updates the TrainJob (upstream Kubeflow Trainer has no such field), " +
+			"and its devices count against no quota: claim them in the runtime's pod templates",
+		"spec.runtimePatches: a patch's resourceClaims: Kueue drops them when it updates the TrainJob (upstream Kubeflow Trainer has no such field): claim the devices in the runtime's pod templates",
 	}, collected.Texts())
 }
 
