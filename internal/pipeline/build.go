@@ -3,7 +3,8 @@
 //
 //	(TrainJob, runtime, framework) -> JobSet apply configuration
 //
-// The steps run in this order, each in its own file: start from the runtime's JobSet template;
+// The steps run in this order, each in its own file: start from the runtime's JobSet template,
+// which may not set its own deadline or TTL;
 // apply spec.trainer to the trainer job; refuse the framework's reserved env vars set by hand;
 // apply the initializers; apply the framework's policy; apply spec.podSpecOverrides and the pod
 // specs of spec.runtimePatches; give the node pods their devices (spec.trainer.resourceClaimsPerNode,
@@ -80,6 +81,7 @@ func Build(tj *trainer.TrainJob, rt *trainingruntime.Runtime, fw framework.Frame
 	b.JobSet = b.JobSet.DeepCopy()
 
 	steps := slices.Concat([]Step{
+		checkLifetimes,
 		applyTrainer,
 		func(b *framework.Draft) error { return checkTrainJob(b, fw) },
 		applyInitializers,

@@ -654,3 +654,36 @@ func TestAPolicyNoFrameworkServesIsRefused(t *testing.T) {
 		t.Errorf("Build without a framework = %v, want a refusal at spec.mlPolicy", err)
 	}
 }
+
+// A runtime stored before the schema refused its JobSet's or Jobs' own deadline and TTL builds no
+// TrainJob: the TrainJob's decide when the training stops and goes.
+func TestARuntimeWithItsOwnLifetimesIsRefused(t *testing.T) {
+	for name, tc := range map[string]struct {
+		edit    func(*trainer.TrainingRuntimeSpec)
+		wantErr string
+	}{
+		"the JobSet's ttlSecondsAfterFinished": {
+			edit:    func(s *trainer.TrainingRuntimeSpec) { s.Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](60) },
+			wantErr: `TrainingRuntime "rt": spec.template.spec.ttlSecondsAfterFinished: Forbidden: the JobSet template may not set ttlSecondsAfterFinished`,
+		},
+		"a Job's activeDeadlineSeconds": {
+			edit: func(s *trainer.TrainingRuntimeSpec) {
+				s.Template.Spec.ReplicatedJobs[0].Template.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+			},
+			wantErr: `TrainingRuntime "rt": spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds: Forbidden: a replicated job's Job template may not set activeDeadlineSeconds`,
+		},
+		"a Job's ttlSecondsAfterFinished": {
+			edit: func(s *trainer.TrainingRuntimeSpec) {
+				s.Template.Spec.ReplicatedJobs[0].Template.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
+			},
+			wantErr: `TrainingRuntime "rt": spec.template.spec.replicatedJobs[0].template.spec.ttlSecondsAfterFinished: Forbidden`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec := utiltesting.MakeRuntimeSpec().Obj()
+			tc.edit(&spec)
+			_, err := Build(utiltesting.MakeTrainJob("tj", "ns").Obj(), &trainingruntime.Runtime{Kind: trainer.TrainingRuntimeKind, Name: "rt", Spec: &spec}, plain.New())
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
