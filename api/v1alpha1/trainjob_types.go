@@ -571,6 +571,14 @@ type ReplicatedJobPatch struct {
 	Template *JobTemplatePatch `json:"template,omitempty"`
 }
 
+// PodSpec is the patch of the job's Pod spec, or nil when it has none.
+func (p *ReplicatedJobPatch) PodSpec() *PodSpecPatch {
+	if t := p.Template; t != nil && t.Spec != nil && t.Spec.Template != nil {
+		return t.Spec.Template.Spec
+	}
+	return nil
+}
+
 // JobTemplatePatch patches a Job template.
 type JobTemplatePatch struct {
 	// Metadata's labels and annotations are merged into the Job template's; these values win.

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
-	"github.com/trainjob/operator/internal/pipeline"
 )
 
 // The ownership rules, in one place. The operator changes, mounts or deletes only the objects it
@@ -97,8 +96,8 @@ func claimOrCreate(ctx context.Context, c client.Client, tj *trainer.TrainJob, o
 // the TrainJob's controller reference, with its UID, and it has no deletionTimestamp (a test for
 // null passes only when the field is absent). The API server applies none of it when a test
 // fails: that is a notOursError. The content is a ConfigMap's data, or a PodGroup's spec (a
-// PodGroup is unstructured here); a Secret's keys and a ComputeDomain's spec (immutable) are never
-// rewritten. A PodGroup's (or ComputeDomain's) labels and
+// PodGroup is unstructured here); a Secret's keys and the spec of any other unstructured child (a
+// ComputeDomain's, immutable) are never rewritten. A PodGroup's (or ComputeDomain's) labels and
 // annotations (the label that puts it in the operator's cache, its spec hash) are then merged in
 // by a patch that holds only while the PodGroup is the one just proven the TrainJob's (its
 // resourceVersion): others' labels and annotations stay.
@@ -123,11 +122,12 @@ func claim(ctx context.Context, c client.Client, tj *trainer.TrainJob, obj clien
 		ops = append(ops, op{"add", "/spec", o.Spec})
 		relabel = o
 	case *unstructured.Unstructured:
-		if o.GroupVersionKind() != pipeline.ComputeDomainGVK {
+		// The gang's PodGroups (scheduler-plugins', Volcano's) follow the TrainJob's size. Any other
+		// kind is only proven: a ComputeDomain's spec cannot change, and its channel's template is
+		// named after the TrainJob all the same.
+		if o.GetKind() == "PodGroup" {
 			ops = append(ops, op{"add", "/spec", o.Object["spec"]})
 		}
-		// A ComputeDomain's spec cannot change: one proven the TrainJob's is kept as it is (its
-		// channel's template is named after the TrainJob all the same).
 		relabel = o
 	}
 	data, err := json.Marshal(ops)

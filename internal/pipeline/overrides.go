@@ -54,11 +54,11 @@ func podPatches(b *framework.Draft) ([]podPatch, field.ErrorList) {
 		patches = append(patches, p)
 	}
 	jobErrs := forEachJobPatch(b, func(job int, patch *trainer.ReplicatedJobPatch, path *field.Path) {
-		if t := patch.Template; t != nil && t.Spec != nil && t.Spec.Template != nil && t.Spec.Template.Spec != nil {
+		if spec := patch.PodSpec(); spec != nil {
 			patches = append(patches, podPatch{
 				path:         path.Child("template", "spec", "template", "spec"),
 				jobs:         []int{job},
-				patch:        t.Spec.Template.Spec,
+				patch:        spec,
 				runtimePatch: true,
 			})
 		}

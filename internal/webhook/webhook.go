@@ -28,6 +28,7 @@ import (
 
 	trainer "github.com/trainjob/operator/api/v1alpha1"
 	"github.com/trainjob/operator/internal/framework"
+	"github.com/trainjob/operator/internal/framework/torch"
 	"github.com/trainjob/operator/internal/pipeline"
 	"github.com/trainjob/operator/internal/trainingruntime"
 )
@@ -418,14 +419,7 @@ func deviceWarnings(tj *trainer.TrainJob, policy *trainer.MLPolicy) admission.Wa
 	if t == nil || len(t.ResourceClaimsPerNode) == 0 || policy == nil || policy.Torch == nil {
 		return nil
 	}
-	value := "auto"
-	if policy.Torch.NumProcPerNode != nil {
-		value = policy.Torch.NumProcPerNode.String()
-	}
-	if t.NumProcPerNode != nil {
-		value = t.NumProcPerNode.String()
-	}
-	if value != "auto" || t.ResourcesPerNode != nil && framework.GPUsOf(t.ResourcesPerNode) > 0 {
+	if torch.NumProcPerNode(tj, policy.Torch) != "auto" || t.ResourcesPerNode != nil && framework.GPUsOf(t.ResourcesPerNode) > 0 {
 		return nil
 	}
 	return admission.Warnings{"spec.trainer.numProcPerNode: auto runs one process per GPU resource of the trainer container, else per CPU: " +
@@ -508,7 +502,7 @@ func claimsInPatches(tj *trainer.TrainJob) bool {
 			continue
 		}
 		for _, job := range rp.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs {
-			if t := job.Template; t != nil && t.Spec != nil && t.Spec.Template != nil && t.Spec.Template.Spec != nil && len(t.Spec.Template.Spec.ResourceClaims) > 0 {
+			if spec := job.PodSpec(); spec != nil && len(spec.ResourceClaims) > 0 {
 				return true
 			}
 		}

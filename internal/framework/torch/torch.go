@@ -202,20 +202,28 @@ func (t torch) fqdn(b *framework.Draft, address string) string {
 	return fmt.Sprintf("%s.%s.svc.%s", address, b.TrainJob.Namespace, t.clusterDomain)
 }
 
+// NumProcPerNode is a torch TrainJob's processes per node as written, before numProcPerNode
+// resolves it: the TrainJob's value, else the runtime's, else "auto".
+func NumProcPerNode(tj *trainer.TrainJob, policy *trainer.TorchMLPolicySource) string {
+	if t := tj.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
+		return t.NumProcPerNode.String()
+	}
+	if policy.NumProcPerNode != nil {
+		return policy.NumProcPerNode.String()
+	}
+	return "auto"
+}
+
 // numProcPerNode resolves the processes per node to a number, so that the world size is fixed
 // when the pods start: the TrainJob's value, else the runtime's, else "auto". "gpu" is the
 // trainer container's GPU count, "cpu" its CPU limit (else request) rounded down and at least 1,
 // and "auto" is "gpu" when the container has GPUs, else "cpu".
 func numProcPerNode(b *framework.Draft, policy *trainer.TorchMLPolicySource) (int64, error) {
-	value := "auto"
-	if policy.NumProcPerNode != nil {
-		value = policy.NumProcPerNode.String()
-	}
+	value := NumProcPerNode(b.TrainJob, policy)
 	invalid := func(detail string) error {
 		return b.RuntimeError(field.Invalid(framework.MLPolicyPath.Child("torch", "numProcPerNode"), value, detail))
 	}
 	if t := b.TrainJob.Spec.Trainer; t != nil && t.NumProcPerNode != nil {
-		value = t.NumProcPerNode.String()
 		invalid = func(detail string) error {
 			return field.Invalid(framework.TrainerPath.Child("numProcPerNode"), value, detail)
 		}
